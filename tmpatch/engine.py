@@ -1,0 +1,306 @@
+"""The patching engine: wrappers, rebinding and post-import hooks, on wrapt.
+
+It knows nothing of torchmetrics. It is told a target (module name and dotted
+qualname) and a replacement, and it
+
+* wraps the original in a ``wrapt.FunctionWrapper`` that calls the replacement
+  while the layer is active and the original once it is not;
+* puts the wrapper in every place that held the original: the owner's
+  attribute, every module that bound the name with ``from ... import``, and
+  default arguments of functions in the target's package;
+* on removal puts the original back in each of those places (``is``-identical),
+  and never unwraps a layer somebody else put on top of its own: that layer is
+  left in place, turned into a pass-through, and the reason reported;
+* arms wrapt post-import hooks that run a callback when a module is imported,
+  and disarms them; a callback's exception never reaches the importer.
+
+Originals are saved once per target (``original()``), so a later apply reuses
+the same wrapper object and no second layer is ever stacked.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import wrapt
+
+log = logging.getLogger("tmpatch")
+
+Key = Tuple[str, str]
+Replacement = Callable[..., Any]
+
+_MAX_WRAP_DEPTH = 32
+
+
+class PatchError(RuntimeError):
+    """A target could not be resolved or wrapped."""
+
+
+@dataclass
+class Place:
+    """One reference that held the original: ``kind`` is attr, defaults or kwdefaults."""
+
+    kind: str
+    holder: Any
+    slot: Any
+
+    def get(self) -> Any:
+        if self.kind == "attr":
+            return vars(self.holder).get(self.slot)
+        if self.kind == "defaults":
+            return self.holder.__defaults__[self.slot]
+        return self.holder.__kwdefaults__[self.slot]
+
+    def set(self, value: Any) -> None:
+        if self.kind == "attr":
+            setattr(self.holder, self.slot, value)
+        elif self.kind == "defaults":
+            values = list(self.holder.__defaults__)
+            values[self.slot] = value
+            self.holder.__defaults__ = tuple(values)
+        else:
+            kwdefaults = dict(self.holder.__kwdefaults__)
+            kwdefaults[self.slot] = value
+            self.holder.__kwdefaults__ = kwdefaults
+
+    def describe(self) -> str:
+        name = getattr(self.holder, "__qualname__", None) or getattr(self.holder, "__name__", "?")
+        if self.kind == "attr":
+            return f"{name}.{self.slot}"
+        return f"{name}() default {self.slot}"
+
+
+@dataclass
+class Layer:
+    """tmpatch's wrapper around one target and the places it was put in."""
+
+    key: Key
+    original: Any
+    wrapper: Any = None
+    active: bool = False
+    places: List[Place] = field(default_factory=list)
+    residue: str = ""
+
+
+def resolve(module_name: str, qualname: str) -> Tuple[Any, str, Any]:
+    """``(owner, attribute, value)`` for a loaded module's dotted ``qualname``.
+
+    The value is read from the owner's own ``__dict__`` (no descriptor
+    binding, no inherited attribute).
+    """
+    module = sys.modules.get(module_name)
+    if module is None:
+        raise PatchError(f"module {module_name} is not imported")
+    owner: Any = module
+    parts = qualname.split(".")
+    for part in parts[:-1]:
+        owner = vars(owner).get(part)
+        if owner is None:
+            raise PatchError(f"{module_name}.{qualname}: {part} not found")
+    attr = parts[-1]
+    if attr not in vars(owner):
+        raise PatchError(f"{module_name}.{qualname} not found")
+    return owner, attr, vars(owner)[attr]
+
+
+def _chain(obj: Any) -> Iterator[Any]:
+    """``obj`` and the objects it wraps, following ``__wrapped__``."""
+    for _ in range(_MAX_WRAP_DEPTH):
+        yield obj
+        try:
+            obj = object.__getattribute__(obj, "__wrapped__")
+        except AttributeError:
+            try:
+                obj = obj.__wrapped__
+            except Exception:  # noqa: BLE001 - foreign objects may raise anything
+                return
+        except Exception:  # noqa: BLE001
+            return
+
+
+def _functions_of(module: types.ModuleType) -> Iterator[types.FunctionType]:
+    """Functions defined in ``module``, at top level and in its classes."""
+    name = module.__name__
+    for value in list(vars(module).values()):
+        if isinstance(value, types.FunctionType):
+            yield value
+        elif isinstance(value, type) and value.__module__ == name:
+            for member in list(vars(value).values()):
+                if isinstance(member, (staticmethod, classmethod)):
+                    member = member.__func__
+                if isinstance(member, types.FunctionType):
+                    yield member
+
+
+def find_references(old: Dict[int, Any], scope: str) -> Iterator[Place]:
+    """Every module attribute, and every default argument of a function in a
+    module under ``scope``, that holds one of ``old`` (keyed by ``id``)."""
+    for module_name, module in list(sys.modules.items()):
+        if module is None or module_name == "tmpatch" or module_name.startswith("tmpatch."):
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if type(namespace) is not dict:
+            continue
+        for attr, value in list(namespace.items()):
+            if id(value) in old and old[id(value)] is value:
+                yield Place("attr", module, attr)
+        if module_name == scope or module_name.startswith(scope + "."):
+            for func in _functions_of(module):
+                defaults = func.__defaults__ or ()
+                for index, value in enumerate(defaults):
+                    if id(value) in old and old[id(value)] is value:
+                        yield Place("defaults", func, index)
+                for kw, value in (func.__kwdefaults__ or {}).items():
+                    if id(value) in old and old[id(value)] is value:
+                        yield Place("kwdefaults", func, kw)
+
+
+class Engine:
+    """Installs and removes layers; owns the post-import hooks. Use ``lock``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._layers: Dict[Key, Layer] = {}
+        self._hooks: Dict[str, Callable[[types.ModuleType], None]] = {}
+
+    # -- layers -----------------------------------------------------------
+    def layer(self, key: Key) -> Optional[Layer]:
+        return self._layers.get(key)
+
+    def original(self, key: Key) -> Any:
+        """What the target is underneath tmpatch: the saved original where
+        tmpatch's layer is (still) in the object's wrap chain, else the object."""
+        current = resolve(*key)[2]
+        layer = self._layers.get(key)
+        if layer is not None and any(obj is layer.wrapper for obj in _chain(current)):
+            return layer.original
+        return current
+
+    def is_wrapper(self, obj: Any) -> bool:
+        return any(layer.wrapper is obj for layer in self._layers.values())
+
+    def install(self, key: Key, replacement: Replacement, *, method: bool, scope: str, sweep: bool) -> Layer:
+        """Wrap the object at ``key`` and put the wrapper everywhere it was.
+
+        ``method``: the target is a function in a class body (``self`` is
+        passed first). ``sweep``: look through every loaded module for
+        references too (needed when the target's module was imported before).
+        On any error nothing is left changed.
+        """
+        owner, attr, current = resolve(*key)
+        layer = self._layers.get(key)
+        if layer is not None and current is not layer.original:
+            if any(obj is layer.wrapper for obj in _chain(current)):
+                # ours is still there (on top, or under a stranger's layer): re-arm it
+                layer.active, layer.residue = True, ""
+                return layer
+            layer = None  # the target was replaced since: start afresh
+        if layer is None:
+            layer = Layer(key=key, original=current)
+            layer.wrapper = self._wrap(layer, replacement, method)
+        places: List[Place] = [Place("attr", owner, attr)]
+        if sweep and not method:
+            places += [p for p in find_references({id(layer.original): layer.original}, scope)
+                       if not (p.kind == "attr" and p.holder is owner and p.slot == attr)]
+        done: List[Place] = []
+        try:
+            for place in places:
+                place.set(layer.wrapper)
+                done.append(place)
+        except Exception:
+            for place in done:
+                place.set(layer.original)
+            raise
+        layer.places = done
+        layer.active = True
+        layer.residue = ""
+        self._layers[key] = layer
+        return layer
+
+    @staticmethod
+    def _wrap(layer: Layer, replacement: Replacement, method: bool) -> Any:
+        original = layer.original
+        if method:
+            def call(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+                if layer.active:
+                    return replacement(original, instance, *args, **kwargs)
+                return wrapped(*args, **kwargs)
+        else:
+            def call(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+                if layer.active:
+                    return replacement(original, *args, **kwargs)
+                return wrapped(*args, **kwargs)
+        wrapper = wrapt.FunctionWrapper(original, call)
+        wrapper._self_tmpatch_key = layer.key  # marks tmpatch's own layer
+        return wrapper
+
+    def remove(self, key: Key, *, scope: str) -> str:
+        """Put the original back everywhere; return what had to be left, if anything."""
+        layer = self._layers.get(key)
+        if layer is None or not layer.active:
+            return ""
+        layer.active = False  # from now on every remaining reference passes through
+        notes: List[str] = []
+        places = list(layer.places)
+        known = {(id(p.holder), p.kind, p.slot) for p in places}
+        for place in find_references({id(layer.wrapper): layer.wrapper}, scope):
+            if (id(place.holder), place.kind, place.slot) not in known:
+                places.append(place)
+        for place in places:
+            try:
+                current = place.get()
+            except Exception:  # noqa: BLE001 - the holder changed shape; nothing of ours there
+                continue
+            if current is layer.wrapper:
+                place.set(layer.original)
+            elif any(obj is layer.wrapper for obj in _chain(current)):
+                notes.append(
+                    f"{place.describe()} is wrapped on top of tmpatch by {type(current).__name__}; "
+                    "tmpatch's layer is left there as a pass-through"
+                )
+        layer.places = []
+        layer.residue = "; ".join(notes)
+        for note in notes:
+            log.warning("revert: %s", note)
+        return layer.residue
+
+    # -- post-import hooks ------------------------------------------------
+    def arm(self, module_name: str, callback: Callable[[types.ModuleType], None]) -> None:
+        """Run ``callback(module)`` when ``module_name`` is imported (once)."""
+        if module_name in self._hooks:
+            return
+
+        def hook(module: types.ModuleType) -> None:
+            if self._hooks.get(module_name) is not hook:
+                return  # disarmed
+            del self._hooks[module_name]
+            try:
+                callback(module)
+            except Exception:  # noqa: BLE001 - never break the user's import
+                log.exception("tmpatch: post-import hook for %s failed; originals left in place", module_name)
+
+        self._hooks[module_name] = hook
+        wrapt.register_post_import_hook(hook, module_name)
+
+    def disarm(self, module_name: Optional[str] = None) -> None:
+        """Disarm one hook, or all; also drop them from wrapt's registry."""
+        names = list(self._hooks) if module_name is None else [module_name]
+        registry = getattr(wrapt.importer, "_post_import_hooks", None)
+        registry_lock = getattr(wrapt.importer, "_post_import_hooks_lock", None)
+        for name in names:
+            hook = self._hooks.pop(name, None)
+            if hook is None or not isinstance(registry, dict) or registry_lock is None:
+                continue
+            with registry_lock:
+                hooks = registry.get(name)
+                if isinstance(hooks, list) and hook in hooks:
+                    hooks.remove(hook)
+                    if not hooks:
+                        del registry[name]
+
+    def armed(self) -> List[str]:
+        return sorted(self._hooks)

@@ -1,0 +1,91 @@
+"""Fingerprints of Python functions: their code, without docstring or comments.
+
+Two functions get the same fingerprint when their source has the same tokens
+once the docstring, comments, blank lines and the indentation level of the
+whole block are dropped. Line numbers and the Python version do not matter.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import io
+import sys
+import textwrap
+import tokenize
+from typing import Callable, List, Set
+
+_SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
+_MARKERS = {tokenize.INDENT: "<in>", tokenize.DEDENT: "<out>", tokenize.NEWLINE: "<nl>"}
+
+
+class FingerprintError(ValueError):
+    """The object has no readable Python source."""
+
+
+def _docstring_lines(source: str) -> Set[int]:
+    tree = ast.parse(source)
+    lines: Set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                end = first.end_lineno or first.lineno
+                lines.update(range(first.lineno, end + 1))
+    return lines
+
+
+def tokens(func: Callable) -> List[str]:
+    """The normalised token stream of ``func``'s source."""
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError) as exc:
+        raise FingerprintError(f"no source for {func!r}: {exc}") from None
+    return source_tokens(source)
+
+
+def source_tokens(source: str) -> List[str]:
+    """The normalised token stream of one function's source text."""
+    source = textwrap.dedent(source)
+    skip_lines = _docstring_lines(source)
+    out: List[str] = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type in _SKIPPED or tok.start[0] in skip_lines:
+            continue
+        out.append(_MARKERS.get(tok.type, tok.string))
+    return out
+
+
+def _digest(parts: List[str]) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
+
+
+def fingerprint(func: Callable) -> str:
+    """A short stable hash of ``func``'s code (see the module docstring)."""
+    return _digest(tokens(func))
+
+
+def source_fingerprint(source: str) -> str:
+    """The fingerprint of one function's source text (as ``fingerprint``)."""
+    return _digest(source_tokens(source))
+
+
+def _main(argv: List[str]) -> int:
+    """``python -m tmpatch.fingerprint module:qualname``: print a fingerprint."""
+    import importlib
+
+    for spec in argv:
+        module_name, _, qualname = spec.partition(":")
+        obj = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        sys.stdout.write(f"{fingerprint(obj)}  {spec}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

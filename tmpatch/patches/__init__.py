@@ -1,0 +1,69 @@
+"""The catalogue of patches, and what tmpatch needs to know of torchmetrics
+to gate them: is it installed, which release is it.
+
+Each patch is a module of this package named after the patch; it exposes
+``PATCH`` (a :class:`tmpatch.spec.Patch`). Loading a patch module imports
+neither torch nor torchmetrics: replacements are built when their target's
+module is imported.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from typing import Dict, Optional
+
+from tmpatch.spec import Patch
+
+#: the package tmpatch repairs
+HOST = "torchmetrics"
+
+#: every patch name, in the order status() lists them
+NAMES = (
+    "safe_divide",
+    "cumsum_device",
+    "mean_default_weight",
+    "gather_autograd",
+)
+
+_loaded: Dict[str, Patch] = {}
+
+
+def load(name: str) -> Patch:
+    """The ``PATCH`` of the module named ``name``."""
+    patch = _loaded.get(name)
+    if patch is None:
+        if name not in NAMES:
+            raise ValueError(f"unknown patch {name!r}")
+        patch = importlib.import_module(f"{__name__}.{name}").PATCH
+        if patch.name != name:
+            raise RuntimeError(f"tmpatch.patches.{name} declares the patch {patch.name!r}")
+        _loaded[name] = patch
+    return patch
+
+
+def installed() -> bool:
+    """Whether torchmetrics can be imported (without importing it)."""
+    if HOST in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(HOST) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def release() -> Optional[str]:
+    """The torchmetrics release: of the imported package if it is imported,
+    else of the installed distribution (read from its metadata), else None."""
+    module = sys.modules.get(HOST)
+    version = getattr(module, "__version__", None) if module is not None else None
+    if isinstance(version, str):
+        return version
+    try:
+        from importlib.metadata import PackageNotFoundError, version as dist_version
+    except ImportError:  # pragma: no cover - Python < 3.8
+        return None
+    try:
+        return dist_version(HOST)
+    except PackageNotFoundError:
+        return None

@@ -1,0 +1,66 @@
+"""Print the fingerprint of each patch target in every torchmetrics release.
+
+Maintainers' tool: ``python tools/fingerprints.py DIR...`` where each DIR holds
+one release (``pip install --no-deps --target DIR torchmetrics==X``). Releases
+with the same code are grouped, so the variant table of a patch can be checked
+or extended by eye. Reads the files; imports nothing of torchmetrics.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from collections import OrderedDict
+from typing import Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tmpatch import patches as catalogue  # noqa: E402
+from tmpatch.fingerprint import source_fingerprint  # noqa: E402
+
+
+def _release(folder: str) -> str:
+    about = os.path.join(folder, "torchmetrics", "__about__.py")
+    for line in open(about, encoding="utf-8"):
+        if line.startswith("__version__"):
+            return line.split("=", 1)[1].strip().strip("\"'")
+    return os.path.basename(folder)
+
+
+def _source(folder: str, module: str, qualname: str) -> Optional[str]:
+    path = os.path.join(folder, *module.split(".")) + ".py"
+    if not os.path.exists(path):
+        path = os.path.join(folder, *module.split("."), "__init__.py")
+    if not os.path.exists(path):
+        return None
+    text = open(path, encoding="utf-8").read()
+    body: List[ast.stmt] = ast.parse(text).body
+    node: Optional[ast.AST] = None
+    for part in qualname.split("."):
+        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == part), None)
+        if node is None:
+            return None
+        body = node.body  # type: ignore[attr-defined]
+    return ast.get_source_segment(text, node, padded=True)
+
+
+def main(folders: List[str]) -> int:
+    folders = sorted(folders, key=lambda f: [int(p) if p.isdigit() else -1 for p in _release(f).replace("post", "").split(".")])
+    for name in catalogue.NAMES:
+        patch = catalogue.load(name)
+        for target in patch.targets:
+            groups: Dict[str, List[str]] = OrderedDict()
+            for folder in folders:
+                src = _source(folder, target.module, target.qualname)
+                code = source_fingerprint(src) if src else "missing"
+                groups.setdefault(code, []).append(_release(folder))
+            sys.stdout.write(f"{name}: {target.path}\n")
+            for code, releases in groups.items():
+                variant = target.variant_for(code)
+                known = ("fixed" if variant.fixed else "patched") + f" as {variant.releases}" if variant else "UNKNOWN"
+                sys.stdout.write(f"  {code}  {releases[0]} .. {releases[-1]} ({len(releases)})  {known}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
