@@ -92,7 +92,7 @@ def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
             obj = _engine.original(_key(target))
         except PatchError as exc:
             return State.MISMATCH, str(exc), []
-        if not isinstance(obj, types.FunctionType):
+        if type(obj) is not types.FunctionType:  # a proxy passes isinstance; not this
             return (
                 State.MISMATCH,
                 f"{target.path} is a {type(obj).__name__}, not the release's own function "

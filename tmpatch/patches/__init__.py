@@ -44,7 +44,7 @@ def load(name: str) -> Patch:
 
 def installed() -> bool:
     """Whether torchmetrics can be imported (without importing it)."""
-    if HOST in sys.modules:
+    if sys.modules.get(HOST) is not None:
         return True
     try:
         return importlib.util.find_spec(HOST) is not None

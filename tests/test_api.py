@@ -1,0 +1,266 @@
+"""apply / revert / status against the torchmetrics release under test."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+
+import pytest
+import wrapt
+
+import tmpatch
+from tmpatch import patches as catalogue
+from tmpatch.spec import Variant
+from tests.conftest import release_in, run_python
+
+import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
+from torchmetrics.utilities import compute, distributed
+
+SAFE_DIVIDE_FIXED = release_in(">=1.9.0")
+GATHER_FIXED = release_in(">=1.6.0")
+
+
+def modules_binding(name: str):
+    """Names of torchmetrics modules whose source does ``from ... import name``."""
+    import ast
+
+    root = os.path.dirname(torchmetrics.__file__)
+    found = []
+    for folder, _, files in os.walk(root):
+        for file in files:
+            if not file.endswith(".py"):
+                continue
+            path = os.path.join(folder, file)
+            text = open(path, encoding="utf-8").read()
+            if name not in text:
+                continue
+            tree = ast.parse(text)
+            if any(
+                isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names)
+                for node in ast.walk(tree)
+            ):
+                module = "torchmetrics" + path[len(root):-3].replace(os.sep, ".")
+                found.append(module[: -len(".__init__")] if module.endswith(".__init__") else module)
+    return found
+
+
+def test_unknown_names_are_a_clear_value_error():
+    with pytest.raises(ValueError, match="valid names: safe_divide, cumsum_device"):
+        tmpatch.apply(["safe_divid"])
+    with pytest.raises(ValueError, match="exclude"):
+        tmpatch.apply(exclude="nope")
+    assert set(tmpatch.status().states().values()) <= {"off", "reverted"}
+
+
+def test_status_has_a_row_per_patch_and_prints_as_a_table():
+    report = tmpatch.apply()
+    assert [row.name for row in report] == list(catalogue.NAMES)
+    assert all(row.release == torchmetrics.__version__ for row in report)
+    text = str(report)
+    assert text.splitlines()[0].split()[:3] == ["patch", "state", "release"]
+    assert all(name in text for name in catalogue.NAMES)
+    assert json.loads(json.dumps(report.to_dict()))[0]["name"] == "safe_divide"
+
+
+def test_states_follow_the_release():
+    states = tmpatch.apply().states()
+    assert states["safe_divide"] == ("not-needed" if SAFE_DIVIDE_FIXED else "applied")
+    assert states["cumsum_device"] == ("applied" if release_in("<1.4.1") else "not-needed")
+    assert states["mean_default_weight"] == "applied"
+    assert states["gather_autograd"] == ("not-needed" if GATHER_FIXED else "applied")
+
+
+def test_every_target_is_recognised_as_the_variant_for_this_release():
+    """The fingerprint table agrees with the release ranges it declares."""
+    from packaging.version import Version
+
+    from tmpatch.fingerprint import fingerprint
+
+    def covers(releases: str, version: Version) -> bool:
+        low, _, high = releases.partition("-")
+        return Version(low) <= version <= Version(high or low)
+
+    version = Version(torchmetrics.__version__)
+    for name in catalogue.NAMES:
+        for target in catalogue.load(name).targets:
+            obj = sys.modules[target.module]
+            for part in target.qualname.split("."):
+                obj = vars(obj)[part] if isinstance(obj, (type, types.ModuleType)) else getattr(obj, part)
+            variant = target.variant_for(fingerprint(obj))
+            assert variant is not None, f"{target.path} not recognised on {version}"
+            assert covers(variant.releases, version), (target.path, variant.releases, version)
+
+
+@pytest.mark.skipif(SAFE_DIVIDE_FIXED, reason="safe_divide is not needed on this release")
+def test_import_then_apply_reaches_every_binding_and_revert_restores_identity():
+    original = compute._safe_divide
+    user = types.ModuleType("user_module_imported_before")
+    user._safe_divide = compute._safe_divide  # a user's `from ... import _safe_divide`
+    sys.modules[user.__name__] = user
+    try:
+        holders = [m for m in modules_binding("_safe_divide") if m in sys.modules]
+        assert len(holders) >= 10
+        tmpatch.apply()
+        wrapper = compute._safe_divide
+        assert wrapper is not original and tmpatch.is_patched(wrapper)
+        assert tmpatch.get_original(wrapper) is original
+        for module in holders + [user.__name__]:
+            assert vars(sys.modules[module]).get("_safe_divide") is wrapper, module
+        tmpatch.apply()  # idempotent: still one layer
+        assert compute._safe_divide is wrapper and wrapper.__wrapped__ is original
+        tmpatch.revert()
+        for module in holders + [user.__name__]:
+            assert vars(sys.modules[module]).get("_safe_divide") is original, module
+        tmpatch.apply()  # apply-revert-apply
+        assert compute._safe_divide is wrapper and user._safe_divide is wrapper
+    finally:
+        tmpatch.revert()
+        del sys.modules[user.__name__]
+    assert compute._safe_divide is original
+
+
+@pytest.mark.skipif(GATHER_FIXED, reason="gather_autograd is not needed on this release")
+def test_default_arguments_are_rebound():
+    from torchmetrics import metric
+
+    original = distributed.gather_all_tensors
+    assert metric.Metric._sync_dist.__defaults__[0] is original
+    tmpatch.apply(["gather_autograd"])
+    assert metric.Metric._sync_dist.__defaults__[0] is distributed.gather_all_tensors
+    assert metric.gather_all_tensors is distributed.gather_all_tensors is not original
+    tmpatch.revert()
+    assert metric.Metric._sync_dist.__defaults__[0] is original and metric.gather_all_tensors is original
+
+
+def test_selection_and_exclusion():
+    report = tmpatch.apply(["mean_default_weight", "safe_divide"], exclude="safe_divide")
+    assert report["safe_divide"].state == "excluded"
+    assert report["cumsum_device"].state == "excluded"
+    assert report["mean_default_weight"].state == "applied"
+    report = tmpatch.revert()
+    assert report["mean_default_weight"].state == "reverted"
+
+
+def test_code_tmpatch_does_not_know_is_left_alone(monkeypatch):
+    def _safe_divide(num, denom, zero_division=0.0):  # somebody's local fork
+        return num / denom
+
+    monkeypatch.setattr(compute, "_safe_divide", _safe_divide)
+    report = tmpatch.apply(["safe_divide"])
+    assert report["safe_divide"].state == "mismatch"
+    assert "not recognised" in report["safe_divide"].reason
+    assert compute._safe_divide is _safe_divide
+    with pytest.raises(tmpatch.TmpatchError, match="safe_divide"):
+        tmpatch.apply(["safe_divide"], strict=True)
+
+
+def test_a_target_wrapped_by_another_tool_first_is_left_alone(monkeypatch):
+    theirs = wrapt.FunctionWrapper(compute._safe_divide, lambda w, i, a, k: w(*a, **k))
+    monkeypatch.setattr(compute, "_safe_divide", theirs)
+    report = tmpatch.apply(["safe_divide"])
+    assert report["safe_divide"].state == "mismatch" and "FunctionWrapper" in report["safe_divide"].reason
+    assert compute._safe_divide is theirs
+
+
+def test_releases_outside_the_known_range_are_unsupported(monkeypatch):
+    monkeypatch.setattr(torchmetrics, "__version__", "0.11.4")
+    report = tmpatch.apply()
+    assert set(report.states().values()) == {"unsupported"}
+    assert "0.11.4" in report["safe_divide"].reason
+
+
+def test_a_failing_patch_leaves_the_original_and_says_why(monkeypatch):
+    patch = catalogue.load("mean_default_weight")
+    target = patch.targets[0]
+
+    def broken(module):
+        raise RuntimeError("replacement could not be built")
+
+    variants = tuple(Variant(v.releases, v.fingerprint, broken) for v in target.variants)
+    object.__setattr__(target, "variants", variants)
+    try:
+        original = vars(torchmetrics.aggregation.MeanMetric)["update"]
+        report = tmpatch.apply(["mean_default_weight"])
+        assert report["mean_default_weight"].state == "failed"
+        assert "could not be built" in report["mean_default_weight"].reason
+        assert vars(torchmetrics.aggregation.MeanMetric)["update"] is original
+    finally:
+        object.__setattr__(target, "variants", catalogue.load("mean_default_weight").targets[0].variants)
+
+
+APPLY_THEN_IMPORT = r"""
+import sys, os
+import tmpatch
+report = tmpatch.apply()
+assert set(report.states().values()) == {"pending"}, report
+assert "torch" not in sys.modules and "torchmetrics" not in sys.modules
+import torchmetrics
+from torchmetrics.utilities import compute
+from torchmetrics.classification import MulticlassAccuracy
+states = tmpatch.status().states()
+assert "pending" not in states.values(), states
+wrapper = compute._safe_divide
+if states["safe_divide"] == "applied":
+    assert tmpatch.is_patched(wrapper)
+    holders = [n for n, m in list(sys.modules.items()) if n.startswith("torchmetrics") and "_safe_divide" in vars(m)]
+    assert len(holders) >= 10, holders
+    assert all(vars(sys.modules[n])["_safe_divide"] is wrapper for n in holders)
+    lazy = [n for n in LAZY if n not in sys.modules]
+    for name in lazy:
+        __import__(name)
+        assert vars(sys.modules[name])["_safe_divide"] is wrapper, name
+    original = tmpatch.get_original(wrapper)
+    tmpatch.revert()
+    assert compute._safe_divide is original
+    assert all(vars(sys.modules[n])["_safe_divide"] is original for n in holders + lazy)
+else:
+    tmpatch.revert()
+import wrapt
+assert not any("torchmetrics" in k for k in wrapt.importer._post_import_hooks)
+print("ok", len(holders) if states["safe_divide"] == "applied" else 0)
+"""
+
+
+def test_apply_before_import_arms_hooks_imports_nothing_and_reaches_lazy_modules():
+    lazy = [m for m in modules_binding("_safe_divide") if m not in sys.modules and ".segmentation" in m]
+    proc = run_python(f"LAZY = {lazy!r}\n" + APPLY_THEN_IMPORT)
+    assert proc.stdout.startswith("ok")
+
+
+def test_revert_before_import_disarms_every_hook():
+    proc = run_python(r"""
+        import sys, wrapt, tmpatch
+        tmpatch.apply()
+        assert any(k.startswith("torchmetrics") for k in wrapt.importer._post_import_hooks)
+        report = tmpatch.revert()
+        assert set(report.states().values()) == {"reverted"}, report
+        assert not any(k.startswith("torchmetrics") for k in wrapt.importer._post_import_hooks)
+        import torchmetrics
+        from torchmetrics.utilities import compute
+        assert not tmpatch.is_patched(compute._safe_divide)
+        print("ok")
+    """)
+    assert proc.stdout.strip() == "ok"
+
+
+def test_missing_torchmetrics_warns_once_and_strict_raises():
+    proc = run_python(r"""
+        import sys, warnings
+        sys.modules["torchmetrics"] = None   # as if not installed
+        import tmpatch
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            report = tmpatch.apply()
+            tmpatch.apply()
+        assert len([w for w in caught if issubclass(w.category, tmpatch.TmpatchWarning)]) == 1, caught
+        assert "not installed" in report["safe_divide"].reason
+        try:
+            tmpatch.apply(strict=True)
+        except tmpatch.TmpatchError as exc:
+            assert "not installed" in str(exc)
+        else:
+            raise AssertionError("strict did not raise")
+        print("ok")
+    """)
+    assert proc.stdout.strip() == "ok"

@@ -1,0 +1,191 @@
+"""The engine on toy packages: no torchmetrics involved."""
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+import types
+
+import pytest
+import wrapt
+
+from tmpatch.engine import Engine, PatchError
+
+
+def _add_one(original, x):
+    return original(x) + 1
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """A package ``toypkg`` with a defining module and two importers on disk."""
+    pkg = tmp_path / "toypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core.py").write_text(textwrap.dedent('''
+        def target(x):
+            return x * 2
+
+        class Thing:
+            def method(self, x):
+                return x * 3
+    '''))
+    (pkg / "user.py").write_text(textwrap.dedent('''
+        from toypkg.core import target
+
+        def call(x, fn=target):
+            return fn(x)
+
+        def call_kw(x, *, fn=target):
+            return fn(x)
+
+        class Runner:
+            def run(self, x, fn=target):
+                return fn(x)
+    '''))
+    (pkg / "late.py").write_text("from toypkg.core import target\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield pkg
+    for name in [n for n in sys.modules if n == "toypkg" or n.startswith("toypkg.")]:
+        del sys.modules[name]
+
+
+def test_install_reaches_attribute_importers_and_defaults(toy):
+    import toypkg.core as core
+    import toypkg.user as user
+
+    original = core.target
+    engine = Engine()
+    layer = engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+    assert core.target is layer.wrapper and user.target is layer.wrapper
+    assert user.call.__defaults__[0] is layer.wrapper
+    assert user.call_kw.__kwdefaults__["fn"] is layer.wrapper
+    assert user.Runner.run.__defaults__[0] is layer.wrapper
+    assert core.target(2) == 5 and user.call(2) == 5
+    assert engine.remove(("toypkg.core", "target"), scope="toypkg") == ""
+    assert core.target is original and user.target is original
+    assert user.call.__defaults__[0] is original
+    assert user.call_kw.__kwdefaults__["fn"] is original
+    assert user.Runner.run.__defaults__[0] is original
+
+
+def test_install_twice_is_one_layer_and_reuses_the_wrapper(toy):
+    import toypkg.core as core
+
+    engine = Engine()
+    first = engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+    again = engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+    assert first is again and core.target(2) == 5
+    wrapper = first.wrapper
+    engine.remove(("toypkg.core", "target"), scope="toypkg")
+    engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+    assert core.target is wrapper and core.target(2) == 5
+
+
+def test_modules_imported_after_install_are_reverted_too(toy):
+    import toypkg.core as core
+
+    original = core.target
+    engine = Engine()
+    engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+    late = importlib.import_module("toypkg.late")
+    assert late.target is core.target
+    engine.remove(("toypkg.core", "target"), scope="toypkg")
+    assert late.target is original
+
+
+def test_method_target_gets_self(toy):
+    import toypkg.core as core
+
+    def plus_ten(original, self, x):
+        assert isinstance(self, core.Thing)
+        return original(self, x) + 10
+
+    original = vars(core.Thing)["method"]
+    engine = Engine()
+    engine.install(("toypkg.core", "Thing.method"), plus_ten, method=True, scope="toypkg", sweep=False)
+    thing = core.Thing()
+    assert thing.method(1) == 13 and core.Thing.method(thing, 1) == 13
+    bound = thing.method  # a reference that outlives the patch
+    engine.remove(("toypkg.core", "Thing.method"), scope="toypkg")
+    assert vars(core.Thing)["method"] is original
+    assert thing.method(1) == 3 and bound(1) == 3  # the lingering reference passes through
+
+
+def test_a_strangers_layer_on_top_is_never_unwrapped(toy):
+    import toypkg.core as core
+
+    engine = Engine()
+    layer = engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+
+    def stranger(wrapped, instance, args, kwargs):
+        return wrapped(*args, **kwargs) * 100
+
+    core.target = wrapt.FunctionWrapper(core.target, stranger)
+    theirs = core.target
+    note = engine.remove(("toypkg.core", "target"), scope="toypkg")
+    assert "wrapped on top of tmpatch" in note
+    assert core.target is theirs and theirs.__wrapped__ is layer.wrapper
+    assert core.target(2) == 400  # our layer passes through: original * 100
+    engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+    assert core.target is theirs and core.target(2) == 500  # re-armed, still one layer of ours
+
+
+def test_a_failing_rebind_leaves_everything_as_it_was(toy, monkeypatch):
+    import toypkg.core as core
+    import toypkg.user as user
+    from tmpatch import engine as engine_module
+
+    original = core.target
+
+    class Frozen(types.ModuleType):
+        def __setattr__(self, name, value):
+            raise AttributeError("read-only module")
+
+    frozen = Frozen("frozenmod")
+    frozen.__dict__["target"] = original
+    monkeypatch.setitem(sys.modules, "frozenmod", frozen)
+    engine = Engine()
+    with pytest.raises(AttributeError):
+        engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+    assert core.target is original and user.target is original and frozen.target is original
+    assert engine_module.resolve("toypkg.core", "target")[2] is original
+
+
+def test_unknown_targets_are_reported(toy):
+    import toypkg.core  # noqa: F401
+
+    engine = Engine()
+    with pytest.raises(PatchError, match="not found"):
+        engine.install(("toypkg.core", "missing"), _add_one, method=False, scope="toypkg", sweep=False)
+    with pytest.raises(PatchError, match="not imported"):
+        engine.install(("toypkg.nowhere", "x"), _add_one, method=False, scope="toypkg", sweep=False)
+
+
+def test_hooks_fire_on_import_and_disarm_leaves_nothing(toy):
+    engine = Engine()
+    seen = []
+    engine.arm("toypkg.core", lambda module: seen.append(module.__name__))
+    assert engine.armed() == ["toypkg.core"]
+    import toypkg.core  # noqa: F401
+
+    assert seen == ["toypkg.core"] and engine.armed() == []
+    engine.arm("toypkg.late", seen.append)
+    engine.disarm()
+    assert "toypkg.late" not in wrapt.importer._post_import_hooks
+    import toypkg.late  # noqa: F401
+
+    assert seen == ["toypkg.core"]
+
+
+def test_a_failing_hook_never_breaks_the_import(toy, caplog):
+    engine = Engine()
+
+    def boom(module):
+        raise RuntimeError("patch bug")
+
+    engine.arm("toypkg.core", boom)
+    import toypkg.core
+
+    assert toypkg.core.target(2) == 4
+    assert "post-import hook for toypkg.core failed" in caplog.text
