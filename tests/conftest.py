@@ -60,3 +60,37 @@ def pytest_report_header(config):
     if expected and release != expected:
         raise pytest.UsageError(f"expected torchmetrics {expected} on the path, found {release}")
     return f"torchmetrics {release}"
+
+
+def assert_bitwise(patched, original) -> None:
+    """Same dtype, shape, device and bits (NaN payloads and -0.0 included)."""
+    import torch
+
+    assert patched.dtype == original.dtype, (patched.dtype, original.dtype)
+    assert patched.shape == original.shape, (patched.shape, original.shape)
+    assert patched.device == original.device
+    as_int = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+              torch.float64: torch.int64}
+    if patched.dtype in as_int:
+        patched, original = patched.view(as_int[patched.dtype]), original.view(as_int[original.dtype])
+    assert torch.equal(patched, original), (patched, original)
+
+
+class CallTrace:
+    """Records calls into functions defined in one source file (a profiler hook)."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+        self.calls = []
+
+    def __enter__(self) -> "CallTrace":
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_filename.endswith(self.suffix):
+                self.calls.append(frame.f_code.co_name)
+
+        self._previous = sys.getprofile()
+        sys.setprofile(profile)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.setprofile(self._previous)
