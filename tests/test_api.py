@@ -177,7 +177,8 @@ def test_a_failing_patch_leaves_the_original_and_says_why(monkeypatch):
     def broken(module):
         raise RuntimeError("replacement could not be built")
 
-    variants = tuple(Variant(v.releases, v.fingerprint, broken) for v in target.variants)
+    saved = target.variants
+    variants = tuple(Variant(v.releases, v.fingerprint, broken) for v in saved)
     object.__setattr__(target, "variants", variants)
     try:
         original = vars(torchmetrics.aggregation.MeanMetric)["update"]
@@ -186,7 +187,7 @@ def test_a_failing_patch_leaves_the_original_and_says_why(monkeypatch):
         assert "could not be built" in report["mean_default_weight"].reason
         assert vars(torchmetrics.aggregation.MeanMetric)["update"] is original
     finally:
-        object.__setattr__(target, "variants", catalogue.load("mean_default_weight").targets[0].variants)
+        object.__setattr__(target, "variants", saved)
 
 
 APPLY_THEN_IMPORT = r"""
@@ -261,6 +262,52 @@ def test_missing_torchmetrics_warns_once_and_strict_raises():
             assert "not installed" in str(exc)
         else:
             raise AssertionError("strict did not raise")
+        print("ok")
+    """)
+    assert proc.stdout.strip() == "ok"
+
+
+def test_concurrent_apply_gives_one_layer():
+    import threading
+
+    from torchmetrics import aggregation
+
+    original = vars(aggregation.MeanMetric)["update"]
+    barrier = threading.Barrier(8)
+    errors = []
+
+    def worker():
+        try:
+            barrier.wait()
+            tmpatch.apply()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    wrapper = vars(aggregation.MeanMetric)["update"]
+    assert tmpatch.is_patched(wrapper) and wrapper.__wrapped__ is original
+
+
+def test_an_exception_inside_a_patch_never_reaches_the_users_import():
+    proc = run_python(r"""
+        import tmpatch
+        from tmpatch import patches
+        from tmpatch.spec import Variant
+        target = patches.load("mean_default_weight").targets[0]
+        def broken(module):
+            raise RuntimeError("boom in a replacement")
+        object.__setattr__(target, "variants", tuple(Variant(v.releases, v.fingerprint, broken) for v in target.variants))
+        tmpatch.apply()
+        import torchmetrics                     # must not raise
+        row = tmpatch.status()["mean_default_weight"]
+        assert row.state == "failed" and "boom" in row.reason, row
+        assert not tmpatch.is_patched(vars(torchmetrics.aggregation.MeanMetric)["update"])
+        assert torchmetrics.MeanMetric()(2.0).item() == 2.0
         print("ok")
     """)
     assert proc.stdout.strip() == "ok"

@@ -14,6 +14,7 @@ import warnings
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
+from tmpatch import settings
 from tmpatch.engine import Engine, PatchError
 from tmpatch.fingerprint import FingerprintError, fingerprint
 from tmpatch.spec import Patch, Target, Variant
@@ -131,8 +132,7 @@ def _install(patch: Patch, sweep: bool) -> None:
         except Exception as exc:  # noqa: BLE001 - a patch must never break the program
             for target in done:
                 _engine.remove(_key(target), scope=_scope(target))
-            state, reason = State.FAILED, f"{type(exc).__name__}: {exc}"
-            log.warning("tmpatch: %s failed, original left in place: %s", patch.name, reason)
+            state, reason = State.FAILED, f"{type(exc).__name__}: {exc}; original left in place"
     if state == State.APPLIED:
         log.info("tmpatch: %s applied (%s)", patch.name, reason)
     elif state in State.PROBLEMS:
@@ -171,16 +171,22 @@ def _disarm_unused() -> None:
 
 
 # -- public API ---------------------------------------------------------------
-def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False) -> Report:
+def apply(
+    patches: Names = None, *, exclude: Names = None, strict: bool = False, nan_check: Optional[str] = None
+) -> Report:
     """Apply tmpatch's patches (all, or the ``patches`` named, less ``exclude``).
 
     Idempotent and thread-safe: applying twice leaves one layer. Before
     torchmetrics is imported nothing is imported: the patches arm post-import
     hooks and take effect on import. A patch whose target is not recognised is
     left alone and its row says why; with ``strict=True`` that raises
-    :class:`TmpatchError` (the other patches stay applied). Returns the report.
+    :class:`TmpatchError` (the other patches stay applied). ``nan_check``:
+    when the ``nan_check`` patch reports NaN (``deferred``, ``eager`` or ``off``;
+    see :mod:`tmpatch.settings`). Returns the report.
     """
     global _warned_missing
+    if nan_check is not None:
+        settings.set_nan_check(nan_check)
     selected, excluded = _select(patches, exclude)
     with _engine.lock:
         if not catalogue.installed():
