@@ -1,0 +1,24 @@
+"""Shared helpers of the audit tests."""
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+
+def marked_line(fn: Callable, marker: str = "# <- sync") -> int:
+    """Line number of the first source line of ``fn`` carrying ``marker``."""
+    lines, start = inspect.getsourcelines(fn)
+    for offset, text in enumerate(lines):
+        if marker in text:
+            return start + offset
+    raise AssertionError(f"no {marker!r} in {fn.__name__}")
+
+
+def release_in(spec: str) -> bool:
+    """Whether the installed torchmetrics release satisfies ``spec``."""
+    import torchmetrics
+
+    return Version(torchmetrics.__version__) in SpecifierSet(spec, prereleases=True)

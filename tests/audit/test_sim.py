@@ -1,0 +1,68 @@
+"""simulated_cuda, to_sim_cuda and the simulated CUDA device guard."""
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from tmpatch.audit import guard, simulated_cuda, to_sim_cuda
+from tmpatch.audit.sim import cuda_device
+
+
+def test_cuda_device_normalises():
+    assert cuda_device("cuda") == torch.device("cuda:0")
+    assert cuda_device(1) == torch.device("cuda:1")
+    with pytest.raises(ValueError):
+        cuda_device("cpu")
+
+
+def test_tensors_become_fake_cuda_tensors_of_the_same_shape():
+    x = torch.arange(6.0).view(2, 3).requires_grad_()
+    with simulated_cuda("cuda:1") as sim:
+        y = sim.put({"a": [x], "b": 3})
+        assert isinstance(y["a"][0], FakeTensor) and y["b"] == 3
+        assert y["a"][0].device == torch.device("cuda:1") and y["a"][0].shape == (2, 3)
+        assert y["a"][0].requires_grad
+        z = torch.zeros(2, device="cuda")
+        assert isinstance(z, FakeTensor) and z.device == torch.device("cuda:0")
+        assert y["a"][0][0, 1:].shape == (2,)  # indexing works on the simulated device
+    assert sim.sync_points == []
+
+
+def test_to_sim_cuda_needs_the_simulation():
+    with pytest.raises(RuntimeError, match="simulated_cuda"):
+        to_sim_cuda(torch.zeros(1))
+
+
+def test_metric_states_and_device_move():
+    from torchmetrics import MeanMetric, SumMetric
+
+    metric = MeanMetric()
+    other = SumMetric()
+    with simulated_cuda("cuda:1") as sim:
+        moved = sim.put(metric)
+        to_sim_cuda([other], "cuda:1")
+        assert moved is metric
+        assert metric.device == torch.device("cuda:1") and other.device == torch.device("cuda:1")
+        states = [getattr(metric, key) for key in metric._defaults]
+        assert states and all(isinstance(s, FakeTensor) and s.device == torch.device("cuda:1") for s in states)
+        assert all(v.device == torch.device("cuda:1") for v in metric._defaults.values())
+
+
+def test_sync_points_collected_and_on_sync_called():
+    seen = []
+    with simulated_cuda(on_sync=seen.append) as sim:
+        torch.ones(3, device="cuda").sum().item()
+    assert len(sim.sync_points) == 1 and seen == sim.sync_points
+
+
+def test_guard_and_tolist_restored_after_the_block():
+    tolist = FakeTensor.__dict__.get("tolist")
+    with simulated_cuda():
+        with simulated_cuda("cuda:1"):
+            assert FakeTensor.__dict__.get("tolist") is not tolist
+        torch.zeros(2, device="cuda")[0]
+    assert FakeTensor.__dict__.get("tolist") is tolist
+    assert guard._state["users"] == 0
+    if not torch.cuda._is_compiled():
+        assert not guard._state["installed"]
+        reg = guard._registry()
+        assert not reg[int(torch._C._autograd.DeviceType.CUDA.value)]
