@@ -27,7 +27,9 @@ def _build_simple(module: ModuleType) -> Callable[..., Any]:
         with torch.no_grad():
             gathered = [torch.zeros_like(result) for _ in range(world_size)]
             torch.distributed.all_gather(gathered, result, group)
-        gathered[torch.distributed.get_rank(group)] = result
+        rank = torch.distributed.get_rank(group)
+        if 0 <= rank < len(gathered):  # -1 on a rank outside ``group``: keep the release's answer
+            gathered[rank] = result
         return gathered
 
     return _simple_gather_all_tensors
@@ -39,7 +41,8 @@ def _build_gather(module: ModuleType) -> Callable[..., Any]:
     def gather_all_tensors(original: Callable, result: Any, group: Any = None) -> List[Any]:
         gathered = original(result, group)
         rank = torch.distributed.get_rank(torch.distributed.group.WORLD if group is None else group)
-        gathered[rank] = result.contiguous()  # the tensor the release gathered, with its graph
+        if 0 <= rank < len(gathered):  # -1 on a rank outside ``group``: keep the release's answer
+            gathered[rank] = result.contiguous()  # the tensor the release gathered, with its graph
         return gathered
 
     return gather_all_tensors
