@@ -23,6 +23,7 @@ NAMES = (
     "safe_divide",
     "cumsum_device",
     "mean_default_weight",
+    "nan_check",
     "gather_autograd",
 )
 

@@ -1,0 +1,542 @@
+"""nan_check: the aggregators' NaN check without a sync in update(); reports at compute()."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import warnings
+from typing import Any, List, Sequence, Tuple
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import tmpatch
+from tests.conftest import assert_bitwise, release_in, run_python
+from tmpatch import settings as tm_settings
+from torchmetrics.aggregation import (
+    BaseAggregator,
+    CatMetric,
+    MaxMetric,
+    MeanMetric,
+    MinMetric,
+    RunningMean,
+    RunningSum,
+    SumMetric,
+)
+
+NAN, INF = float("nan"), float("inf")
+KINDS = {"sum": SumMetric, "mean": MeanMetric, "max": MaxMetric, "min": MinMetric, "cat": CatMetric}
+DISABLE = release_in(">=1.6.2")
+STRATEGIES = ["warn", "ignore", "error", 0.0, 2.5] + (["disable"] if DISABLE else [])
+SPELLING = "Encounted" if release_in("<1.2.1") else "Encountered"
+ERROR_TEXT = f"{SPELLING} `nan` values in tensor"
+WARN_TEXT = f"{SPELLING} `nan` values in tensor. Will be removed."
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64]
+FINITE = [0.0, 1.0, -2.5, 3.0, 1000.0]
+WEIGHTS = [0.0, 0.5, 1.0, 2.0, 3.0]  # dyadic: sums are exact whatever the order
+
+
+@pytest.fixture(autouse=True)
+def _policy():
+    """Every test starts and ends with the default policy."""
+    tm_settings.policy["nan_check"] = "deferred"
+    yield
+    tm_settings.policy["nan_check"] = "deferred"
+
+
+def _apply(policy: str = "deferred") -> None:
+    report = tmpatch.apply("nan_check", nan_check=policy)
+    row = next(r for r in report if r.name == "nan_check")
+    assert row.state == "applied", row
+
+
+def _run(metric, updates: Sequence[Tuple[Any, ...]]):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for args in updates:
+            metric.update(*args)
+        return metric.compute()
+
+
+def _clone(updates):
+    return [tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args) for args in updates]
+
+
+def _same_inputs(before, after) -> None:
+    for args_before, args_after in zip(before, after):
+        for a, b in zip(args_before, args_after):
+            if isinstance(a, torch.Tensor):
+                assert_bitwise(b, a)
+
+
+# -- generated inputs ---------------------------------------------------------------
+@st.composite
+def _updates(draw, kind: str, with_nan: bool):
+    pool = FINITE + [INF, -INF] + ([NAN, NAN] if with_nan else [])
+    out = []
+    for _ in range(draw(st.integers(1, 3))):
+        if draw(st.integers(0, 4)) == 0:  # a Python scalar
+            value = draw(st.sampled_from(pool + [2, True]))
+            shape: Tuple[int, ...] = ()
+        else:
+            dtype = draw(st.sampled_from(DTYPES))
+            shapes = [(), (0,), (1,), (4,)] + ([] if kind == "cat" else [(2, 3)])
+            shape = draw(st.sampled_from(shapes))
+            elements = FINITE if dtype == torch.int64 else pool
+            data = [draw(st.sampled_from(elements)) for _ in range(int(np.prod(shape)))]
+            value = torch.tensor(data, dtype=torch.float64).reshape(shape).to(dtype)
+        if kind != "mean" or draw(st.booleans()):
+            out.append((value,))
+            continue
+        weights = WEIGHTS + ([NAN] if with_nan else [])
+        form = draw(st.sampled_from(["python", "scalar", "full", "row"]))
+        if form == "python":
+            weight: Any = draw(st.sampled_from(weights))
+        elif form == "scalar" or not shape:
+            weight = torch.tensor(draw(st.sampled_from(weights)))
+        else:
+            wshape = shape if form == "full" else shape[-1:]
+            weight = torch.tensor([draw(st.sampled_from(weights)) for _ in range(int(np.prod(wshape)))]).reshape(wshape)
+        out.append((value, weight))
+    return out
+
+
+def _reference(kind: str, strategy, updates) -> np.ndarray:
+    """The documented semantics, in float64 numpy: NaN elements removed, or imputed
+    with weight 1 (an element counts as NaN if its value or, for Mean, its weight is)."""
+    values, weights = [], []
+    for args in updates:
+        v = np.asarray(args[0].double().numpy() if isinstance(args[0], torch.Tensor) else float(args[0]), np.float64)
+        w = np.ones_like(v)
+        if kind == "mean" and len(args) > 1:
+            raw = args[1].double().numpy() if isinstance(args[1], torch.Tensor) else float(args[1])
+            w = np.broadcast_to(np.asarray(raw, np.float64), v.shape).copy()
+        v, w = v.reshape(-1).copy(), w.reshape(-1).copy()
+        nan = np.isnan(v) | np.isnan(w)
+        if isinstance(strategy, float):
+            v[nan], w[nan] = strategy, 1.0
+        else:
+            v, w = v[~nan], w[~nan]
+        values.append(v)
+        weights.append(w)
+    v, w = np.concatenate(values), np.concatenate(weights)
+    with np.errstate(all="ignore"):
+        if kind == "sum":
+            return np.asarray(v.sum())
+        if kind == "mean":
+            return np.asarray((v * w).sum() / w.sum())
+        if kind == "max":
+            return np.asarray(max([-INF] + list(v)))
+        if kind == "min":
+            return np.asarray(min([INF] + list(v)))
+        return v
+
+
+def _has_nan(kind: str, updates) -> bool:
+    for args in updates:
+        for position, a in enumerate(args):
+            if position == 1 and kind != "mean":
+                continue
+            t = a if isinstance(a, torch.Tensor) else torch.tensor(float(a))
+            if t.is_floating_point() and bool(torch.isnan(t).any()):
+                return True
+    return False
+
+
+# -- results ------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_nan_free_results_are_bitwise_the_releases(data):
+    kind = data.draw(st.sampled_from(sorted(KINDS)))
+    strategy = data.draw(st.sampled_from(STRATEGIES))
+    updates = data.draw(_updates(kind, with_nan=False))
+    if strategy == "disable" and kind == "mean":  # a user weight is honoured there (#3434): below
+        updates = [args[:1] for args in updates]
+    expected = _run(KINDS[kind](nan_strategy=strategy), _clone(updates))
+    _apply()
+    actual = _run(KINDS[kind](nan_strategy=strategy), _clone(updates))
+    if isinstance(expected, list):  # CatMetric that kept nothing
+        assert actual == expected == []
+    else:
+        assert_bitwise(actual, expected)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_nan_results_follow_the_documented_semantics(data):
+    kind = data.draw(st.sampled_from(sorted(KINDS)))
+    strategy = data.draw(st.sampled_from(["warn", "ignore", "error", 0.0, 2.5]))
+    updates = data.draw(_updates(kind, with_nan=True))
+    _apply()
+    before = _clone(updates)
+    metric = KINDS[kind](nan_strategy=strategy)
+    with warnings.catch_warnings(record=True) as during_update:
+        warnings.simplefilter("always")
+        for args in updates:
+            metric.update(*args)
+    assert not [w for w in during_update if SPELLING in str(w.message)]
+    _same_inputs(before, updates)  # the caller's tensors are never written into
+    seen = _has_nan(kind, updates)
+    with warnings.catch_warnings(record=True) as at_compute:
+        warnings.simplefilter("always")
+        if strategy == "error" and seen:
+            with pytest.raises(RuntimeError, match=ERROR_TEXT):
+                metric.compute()
+        result = metric.compute()  # after an error the state is clean and compute() carries on
+    reported = [str(w.message) for w in at_compute if SPELLING in str(w.message)]
+    assert reported == ([WARN_TEXT] if strategy == "warn" and seen else [])
+    expected = _reference(kind, strategy, updates)
+    if isinstance(result, list):  # CatMetric with nothing kept: the empty state
+        result = torch.cat(result) if result else torch.zeros(0)
+    actual = result.double().numpy()
+    if kind == "cat":
+        actual, expected = actual.reshape(-1), expected.reshape(-1)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("policy", ["deferred", "eager", "off"])
+def test_policies_give_the_same_values(policy):
+    values = [torch.tensor([1.0, NAN, 3.0]), torch.tensor([NAN]), torch.tensor([5.0])]
+    _apply(policy)
+    for kind, expected in [("sum", 9.0), ("mean", 3.0), ("max", 5.0), ("min", 1.0)]:
+        metric = KINDS[kind](nan_strategy="ignore")
+        assert float(_run(metric, [(v,) for v in values])) == expected
+
+
+# -- the upstream bugs it corrects ------------------------------------------------------
+def test_imputation_gives_imputed_elements_weight_one():
+    _apply()
+    metric = MeanMetric(nan_strategy=0.0)
+    metric.update(torch.tensor([1.0, NAN, 3.0]))
+    assert float(metric.compute()) == pytest.approx(4 / 3)  # upstream <= 1.6.1: nan
+    metric = MeanMetric(nan_strategy=0.0)
+    metric.update(torch.tensor([1.0, NAN, 3.0]), 2.0)
+    metric.update(torch.tensor([10.0]), 1.0)
+    assert float(metric.compute()) == pytest.approx((2 + 0 + 6 + 10) / (2 + 1 + 2 + 1))  # upstream 1.6.2+: 3.5
+
+
+@pytest.mark.parametrize("strategy", [0.0, "warn", "ignore"])
+def test_callers_tensors_are_not_written_into(strategy):
+    _apply()
+    value, weight = torch.tensor([1.0, NAN, 3.0]), torch.tensor([2.0, 1.0, NAN])
+    before = (value.clone(), weight.clone())
+    _run(MeanMetric(nan_strategy=strategy), [(value, weight)])
+    _run(SumMetric(nan_strategy=strategy), [(value,)])
+    assert_bitwise(value, before[0])
+    assert_bitwise(weight, before[1])
+
+
+@pytest.mark.skipif(not DISABLE, reason="nan_strategy='disable' exists from 1.6.2")
+def test_disable_keeps_the_users_weight():
+    _apply()
+    metric = MeanMetric(nan_strategy="disable")
+    metric.update(torch.tensor([1.0, 3.0]), torch.tensor([3.0, 1.0]))
+    assert float(metric.compute()) == 1.5  # upstream (#3434): 2.0
+
+
+def test_scalar_weight_within_rounding():
+    """A broadcast scalar weight is materialised to neutralise NaN elements, so the
+    total weight is summed in another order: equal within float rounding."""
+    value = torch.linspace(0, 1, 101)
+    expected = _run(MeanMetric(), [(value, 0.1)])
+    _apply()
+    actual = _run(MeanMetric(), [(value, 0.1)])
+    assert float(actual) == pytest.approx(float(expected), rel=1e-6)
+
+
+# -- when warn/error reach the user -------------------------------------------------------
+def _messages(records) -> List[str]:
+    return [str(w.message) for w in records if SPELLING in str(w.message)]
+
+
+def test_warn_once_per_compute_then_afresh():
+    _apply()
+    metric = MeanMetric(nan_strategy="warn")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        metric.update(torch.tensor([1.0, NAN]))
+        metric.update(torch.tensor([NAN, 3.0]))
+        assert _messages(seen) == []
+        assert float(metric.compute()) == 2.0
+        assert _messages(seen) == [WARN_TEXT]
+        metric.compute()  # cached: nothing new
+        metric.update(torch.tensor([5.0]))
+        metric.compute()  # the record started afresh
+        assert len(_messages(seen)) == 1
+        metric.update(torch.tensor([NAN]))
+        metric.reset()  # reset clears the record
+        metric.update(torch.tensor([1.0]))
+        metric.compute()
+        assert len(_messages(seen)) == 1
+
+
+@pytest.mark.parametrize("cls", [SumMetric, MeanMetric, MaxMetric, MinMetric, CatMetric])
+def test_forward_never_reports_compute_does(cls):
+    _apply()
+    metric = cls(nan_strategy="error")
+    batch = metric(torch.tensor([1.0, NAN, 3.0]))  # no raise inside forward
+    assert not torch.isnan(batch).any()
+    metric(torch.tensor([4.0]))
+    with pytest.raises(RuntimeError, match=ERROR_TEXT):
+        metric.compute()
+    clean = metric.compute()
+    assert not torch.isnan(clean).any()
+
+
+@pytest.mark.parametrize("cls", [RunningMean, RunningSum])
+def test_running_wrappers(cls):
+    _apply()
+    metric = cls(window=3, nan_strategy="warn")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        metric(torch.tensor([1.0, NAN]))
+        metric.update(torch.tensor([5.0]))
+        assert _messages(seen) == []
+        first = float(metric.compute())
+        assert _messages(seen) == [WARN_TEXT]
+        metric.update(torch.tensor([6.0]))  # the NaN update is still in the window
+        second = float(metric.compute())
+        assert len(_messages(seen)) == 1
+    assert (first, second) == ((3.0, 4.0) if cls is RunningMean else (6.0, 12.0))
+
+
+def test_eager_policy_reports_in_update_without_writing():
+    _apply("eager")
+    value = torch.tensor([1.0, NAN])
+    metric = SumMetric(nan_strategy="warn")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        metric.update(value)
+        assert _messages(seen) == [WARN_TEXT]
+        assert float(metric.compute()) == 1.0
+        assert len(_messages(seen)) == 1
+    with pytest.raises(RuntimeError, match=ERROR_TEXT):
+        MeanMetric(nan_strategy="error").update(value)
+    assert torch.isnan(value[1])
+
+
+def test_off_policy_reports_nothing():
+    _apply("off")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for strategy in ("warn", "error"):
+            metric = MeanMetric(nan_strategy=strategy)
+            metric.update(torch.tensor([1.0, NAN, 3.0]))
+            assert float(metric.compute()) == 2.0
+    assert _messages(seen) == []
+
+
+def test_policy_argument_and_environment(monkeypatch):
+    with pytest.raises(ValueError, match="deferred, eager, off"):
+        tmpatch.apply("nan_check", nan_check="later")
+    for raw, expected in [("", "deferred"), ("eager", "eager"), (" OFF ", "off"), ("later", "deferred")]:
+        monkeypatch.setenv("TMPATCH_NAN_CHECK", raw)
+        assert tm_settings._nan_check_from_env() == expected
+    code = """
+        import warnings, torch, tmpatch
+        from torchmetrics.aggregation import SumMetric
+        tmpatch.apply("nan_check")
+        m = SumMetric(nan_strategy="warn")
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            m.update(torch.tensor([float("nan")]))
+            print(len([w for w in seen if "nan" in str(w.message)]))
+    """
+    assert run_python(code, env={"TMPATCH_NAN_CHECK": "eager"}).stdout.strip() == "1"
+
+
+def test_metric_built_before_apply_reports_eagerly():
+    metric = SumMetric(nan_strategy="warn")
+    _apply()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        metric.update(torch.tensor([2.0, NAN]))
+        assert _messages(seen) == [WARN_TEXT]
+    assert float(metric.compute()) == 2.0
+
+
+def test_unknown_subclasses_keep_the_release_code():
+    class Product(BaseAggregator):
+        def __init__(self) -> None:
+            super().__init__("sum", torch.tensor(1.0), nan_strategy="warn")
+
+        def update(self, value) -> None:
+            out = self._cast_and_nan_check_input(value)
+            value = out[0] if isinstance(out, tuple) else out
+            self.value = self.value * value.prod()
+
+    class LoudSum(SumMetric):
+        def update(self, value) -> None:
+            super().update(value)
+
+    _apply()
+    for metric in (Product(), LoudSum()):
+        assert not any(n.startswith("_tmpatch") for n in metric._defaults)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            metric.update(torch.tensor([2.0, NAN, 3.0]))
+            assert _messages(seen) == [WARN_TEXT]  # upstream: at once, during update
+        assert float(metric.compute()) == (6.0 if isinstance(metric, Product) else 5.0)
+
+
+def test_record_is_a_private_metric_state():
+    _apply()
+    metric = MeanMetric(nan_strategy="error")
+    metric.update(torch.tensor([NAN, 1.0]))
+    assert "_tmpatch_nan" not in metric.state_dict()
+    twin = copy.deepcopy(metric)
+    with pytest.raises(RuntimeError):
+        twin.compute()
+    with pytest.raises(RuntimeError):
+        metric.clone().compute()
+
+
+def test_patch_reverts_cleanly():
+    _apply()
+    metric = SumMetric(nan_strategy="warn")
+    tmpatch.revert()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        metric.update(torch.tensor([NAN]))
+        assert _messages(seen) == [WARN_TEXT]  # the release's code again
+
+
+# -- syncs (simulated CUDA) ------------------------------------------------------------------
+SYNC_FREE = [SumMetric, MeanMetric, MaxMetric, MinMetric, RunningMean, RunningSum]
+
+
+def _syncs(metric, method: str, *args) -> int:
+    from tmpatch.audit import audit
+
+    report = audit(getattr(metric, method), *args)
+    assert report.complete, report
+    return report.count
+
+
+@pytest.mark.parametrize("cls", SYNC_FREE, ids=lambda c: c.__name__)
+def test_update_and_forward_are_sync_free(cls):
+    value = torch.tensor([1.0, NAN, 3.0])
+    for strategy in STRATEGIES:
+        if strategy != "disable":
+            assert _syncs(cls(nan_strategy=strategy), "update", value) >= 1, strategy  # the release
+    _apply()
+    tmpatch.apply("mean_default_weight")  # MeanMetric.update's own default-weight copy (<= 1.6.1)
+    for strategy in STRATEGIES:
+        metric = cls(nan_strategy=strategy)
+        assert _syncs(metric, "update", value) == 0, strategy
+        assert _syncs(metric, "forward", value) == 0, strategy
+        if cls is MeanMetric:
+            assert _syncs(metric, "update", value, torch.tensor([1.0, 2.0, NAN])) == 0, strategy
+
+
+def test_python_scalars_are_made_on_the_device():
+    from tmpatch.audit import audit
+
+    def copies(metric) -> int:
+        return len(audit(metric.update, 3.5).of_kind("host-to-device copy"))
+
+    assert copies(SumMetric()) >= 1
+    _apply()
+    for cls in (SumMetric, MaxMetric, MinMetric, CatMetric):
+        assert copies(cls(nan_strategy=0.0)) == 0
+
+
+def test_cat_keeps_its_one_inherent_sync():
+    _apply()
+    value = torch.tensor([1.0, NAN])
+    for strategy in ("warn", "ignore", "error"):
+        assert _syncs(CatMetric(nan_strategy=strategy), "update", value) == 1
+    assert _syncs(CatMetric(nan_strategy=0.0), "update", value) == 0
+
+
+def test_eager_policy_keeps_the_upstream_sync():
+    _apply("eager")
+    assert _syncs(SumMetric(nan_strategy="warn"), "update", torch.tensor([1.0])) == 1
+    assert _syncs(SumMetric(nan_strategy="ignore"), "update", torch.tensor([1.0])) == 0
+
+
+# -- DDP: two gloo ranks, a NaN on one ---------------------------------------------------------
+_WORKER = r"""
+import json, os, sys, warnings
+from datetime import timedelta
+import torch, torch.distributed as dist
+rank, world, store, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world)
+import tmpatch
+tmpatch.apply("nan_check")
+from torchmetrics.aggregation import MeanMetric, SumMetric
+dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world,
+                        timeout=timedelta(seconds=60))
+result = {}
+try:
+    for strategy in ("warn", "error"):
+        for cls in (MeanMetric, SumMetric):
+            metric = cls(nan_strategy=strategy)
+            metric.update(torch.tensor([1.0, 2.0]) + rank)
+            if rank == 1:
+                metric.update(torch.tensor([float("nan"), 5.0]))
+            metric(torch.tensor([3.0]))
+            key = f"{cls.__name__}-{strategy}"
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                try:
+                    result[key] = [float(metric.compute())]
+                except RuntimeError as exc:
+                    result[key] = [str(exc)]
+                    result[key].append(float(metric.compute()))  # clean state, synced again
+            result[key + "-warnings"] = [str(w.message) for w in seen if "nan" in str(w.message)]
+            metric.update(torch.tensor([1.0]))
+            result[key + "-after"] = float(metric.compute())
+finally:
+    dist.destroy_process_group()
+with open(out, "w") as f:
+    json.dump(result, f)
+"""
+
+
+def _ddp_here() -> bool:
+    chosen = os.environ.get("TMPATCH_DDP_RELEASES", "")
+    if chosen == "all":
+        return True
+    releases = [r.strip() for r in chosen.split(",") if r.strip()] or list(DDP_RELEASES)
+    return any(release_in(f"=={r}") for r in releases)
+
+
+#: one release per implementation of the check and of Running.compute, and the last
+DDP_RELEASES = ("1.0.0", "1.2.1", "1.4.0", "1.6.1", "1.9.0")
+
+
+@pytest.mark.skipif(not _ddp_here(), reason="multi-process run on DDP_RELEASES (TMPATCH_DDP_RELEASES=all widens)")
+def test_ddp_nan_on_one_rank_is_reported_consistently(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
+               OMP_NUM_THREADS="1")
+    store = str(tmp_path / "store")
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(rank), "2", store, str(tmp_path / f"rank{rank}.json")],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for rank in range(2)
+    ]
+    try:
+        outputs = [p.communicate(timeout=150)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(p.returncode == 0 for p in procs), outputs
+    r0, r1 = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2))
+    # values: rank 0 saw [1, 2, 3], rank 1 [2, 3, nan, 5, 3]; the NaN removed everywhere
+    for strategy in ("warn", "error"):
+        mean, total = f"MeanMetric-{strategy}", f"SumMetric-{strategy}"
+        assert r0[mean][-1] == r1[mean][-1] == pytest.approx(19 / 7)
+        assert r0[total][-1] == r1[total][-1] == 19.0
+    assert r0["MeanMetric-error"][0] == r1["MeanMetric-error"][0] == ERROR_TEXT  # every rank raises
+    assert r0["SumMetric-error"][0] == r1["SumMetric-error"][0] == ERROR_TEXT
+    assert r0["MeanMetric-warn-warnings"] == [WARN_TEXT]  # rank 0 warns for rank 1's NaN
+    assert r0["SumMetric-error-after"] == r1["SumMetric-error-after"] == 21.0  # and both carry on
