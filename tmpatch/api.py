@@ -18,7 +18,7 @@ from tmpatch import settings
 from tmpatch.engine import Engine, PatchError
 from tmpatch.fingerprint import FingerprintError, fingerprint
 from tmpatch.spec import Patch, Target, Variant
-from tmpatch.status import PatchStatus, Report, State
+from tmpatch.report import PatchStatus, Report, State
 
 log = logging.getLogger("tmpatch")
 
@@ -142,12 +142,24 @@ def _install(patch: Patch, sweep: bool) -> None:
     _rows[patch.name] = (state, reason)
 
 
+def _loaded(module_name: str, just_loaded: types.ModuleType) -> bool:
+    """Whether a module has finished executing (the one a hook fires for has)."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        return False
+    return module is just_loaded or not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
 def _on_import(module: types.ModuleType) -> None:
-    """Post-import hook: install every pending patch whose modules are all loaded."""
+    """Post-import hook: install every pending patch whose modules are all loaded.
+
+    A module still half-way through its own import (it imported the one the
+    hook fires for) does not count: its own hook comes when it is done.
+    """
     with _engine.lock:
         for name in [n for n in catalogue.NAMES if n in _pending]:
             patch = catalogue.load(name)
-            if all(target.module in sys.modules for target in patch.targets):
+            if all(_loaded(target.module, module) for target in patch.targets):
                 _pending.discard(name)
                 try:
                     _install(patch, sweep=True)
@@ -242,8 +254,8 @@ def revert(patches: Names = None) -> Report:
                 residue = [_engine.remove(_key(t), scope=_scope(t)) for t in patch.targets]
                 note = "; ".join(r for r in residue if r)
                 _rows[name] = (State.REVERTED, note or "originals restored")
-            elif name in _rows and _rows[name][0] == State.EXCLUDED:
-                del _rows[name]
+            elif name in _rows:
+                del _rows[name]  # not-needed, mismatch, excluded ...: nothing of tmpatch is left
         _disarm_unused()
         return status()
 

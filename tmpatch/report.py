@@ -36,6 +36,10 @@ class PatchStatus:
         return asdict(self)
 
 
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 class Report(Sequence[PatchStatus]):
     """The rows of ``tmpatch.status()``; ``report["safe_divide"]`` picks one."""
 
@@ -76,7 +80,7 @@ class Report(Sequence[PatchStatus]):
 
     def __str__(self) -> str:
         cells = [self._COLUMNS] + [
-            (row.name, row.state, row.release, row.target, row.reason) for row in self._rows
+            (row.name, row.state, row.release, _clip(row.target, 60), row.reason) for row in self._rows
         ]
         widths = [max(len(line[i]) for line in cells) for i in range(len(self._COLUMNS) - 1)]
         out = []

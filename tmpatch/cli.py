@@ -1,0 +1,232 @@
+"""The ``tmpatch`` command (console script, and ``python -m tmpatch``).
+
+A thin layer on the public API: ``status`` prints :func:`tmpatch.status`
+after applying in this process, ``run`` starts a command with ``TMPATCH=1``
+and the bootstrap directory on PYTHONPATH, ``audit`` hands over to
+:mod:`tmpatch.audit.cli`.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Optional, Sequence
+
+from tmpatch import env
+
+DESCRIPTION = """\
+tmpatch repairs torchmetrics in place, at run time (host-device syncs, wrong
+devices, lost autograd graphs), on the releases whose code it recognises.
+Nothing changes on disk: patches live in the processes that apply them."""
+
+EXIT_CODES = """\
+exit status:
+  0  success
+  1  a requested patch could not be applied (status), or a sync was found (audit)
+  2  usage error: unknown option or patch name, no command, audit not installed
+  run: the command's own exit status (127: command not found, 126: cannot run it)"""
+
+
+def _environment_help() -> str:
+    lines = ["environment (read at start-up by every Python process):",
+             f"  {'TMPATCH=1':<22}  switch tmpatch on in this process and its children",
+             f"  {'':<22}  (1/true/yes/on; 0/false/no/off or unset: off)"]
+    for setting in env.SETTINGS:
+        lines.append(f"  {setting.variable + '=...':<22}  {setting.doc}")
+    return "\n".join(lines)
+
+
+EXAMPLES = """\
+examples:
+  tmpatch status                         what tmpatch does to the installed torchmetrics
+  tmpatch status --json                  the same, as JSON
+  tmpatch run -- python train.py         run a program patched, children included
+  tmpatch run --exclude gather_autograd -- torchrun --nproc_per_node=8 train.py
+  TMPATCH=1 python train.py              the same as tmpatch run, through tmpatch.pth
+  tmpatch audit --help                   find the host-device syncs of metrics"""
+
+
+def _fill(*paragraphs: str) -> str:
+    return "\n\n".join(textwrap.fill(paragraph, 79) for paragraph in paragraphs)
+
+
+class UsageError(Exception):
+    """Bad command-line input: exit status 2."""
+
+
+def _names(value: Optional[str], option: str) -> Optional[tuple]:
+    """Parse and check ``--patches``/``--exclude`` (comma-separated)."""
+    if value is None:
+        return None
+    from tmpatch.patches import NAMES
+
+    names = env.parse_names(value) or ()
+    unknown = [name for name in names if name not in NAMES]
+    if unknown:
+        raise UsageError(
+            f"{option}: unknown patch name(s) {', '.join(map(repr, unknown))}; valid names: {', '.join(NAMES)}"
+        )
+    return names
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--patches", metavar="NAMES",
+                        help="only these patches, comma-separated (default: all, or $TMPATCH_PATCHES)")
+    parser.add_argument("--exclude", metavar="NAMES",
+                        help="all patches but these, comma-separated (default: $TMPATCH_EXCLUDE)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tmpatch import __version__
+
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="tmpatch", description=DESCRIPTION, formatter_class=formatter,
+        epilog="\n\n".join([EXAMPLES, _environment_help(), EXIT_CODES]),
+    )
+    parser.add_argument("--version", action="version", version=f"tmpatch {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    status = commands.add_parser(
+        "status", formatter_class=formatter,
+        help="apply to the installed torchmetrics and show what happened to each patch",
+        description=_fill(
+            "Import torchmetrics, apply tmpatch in this process (nothing is changed on disk) and print one "
+            "row per patch: patch, state, release, target, reason.",
+            "states: applied; not-needed (this release has the upstream fix); mismatch (code not recognised, "
+            "left alone); unsupported (release outside the patch's range); excluded; failed.",
+        ),
+        epilog=_fill("exit status: 0 every requested patch is applied or not needed; 1 one could not be "
+                     "applied (mismatch, unsupported, failed) or torchmetrics cannot be imported; 2 usage error."),
+    )
+    _add_selection(status)
+    status.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+
+    run = commands.add_parser(
+        "run", formatter_class=formatter, usage="tmpatch run [OPTIONS] -- COMMAND [ARGS...]",
+        help="run COMMAND with tmpatch applied in it and in every Python process it starts",
+        description=_fill(
+            "Run COMMAND with TMPATCH=1 and tmpatch's bootstrap directory first on PYTHONPATH: every Python "
+            "process it starts (DataLoader workers, torchrun ranks, subprocesses) applies tmpatch when it "
+            "imports torchmetrics. An existing sitecustomize still runs. The options below set the companion "
+            "variables (TMPATCH_PATCHES, TMPATCH_EXCLUDE, TMPATCH_STRICT, TMPATCH_LOG_LEVEL); those already "
+            "in the environment are kept otherwise.",
+        ),
+        epilog="exit status: the command's own; 127 command not found; 126 cannot run it; 2 usage error",
+    )
+    _add_selection(run)
+    run.add_argument("--strict", action="store_true",
+                     help="importing torchmetrics fails if a requested patch cannot be applied")
+    run.add_argument("--log-level", choices=env.LOG_LEVELS, help="tmpatch's log records to stderr from this level")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]", help="the command to run")
+
+    commands.add_parser(
+        "audit", add_help=False,
+        help="report the host-device syncs of metric calls (tmpatch audit --help for its options)",
+    )
+    return parser
+
+
+# -- commands --------------------------------------------------------------
+def _status(args: argparse.Namespace) -> int:
+    import tmpatch
+    from tmpatch.report import State
+
+    settings = env.read()
+    patches = _names(args.patches, "--patches") if args.patches is not None else settings.options.get("patches")
+    exclude = _names(args.exclude, "--exclude") if args.exclude is not None else settings.options.get("exclude")
+    try:
+        import torchmetrics  # noqa: F401 - the point of the command
+    except Exception as exc:  # noqa: BLE001
+        print(f"tmpatch status: cannot import torchmetrics ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 1
+    try:
+        report = tmpatch.apply(patches, exclude=exclude)
+    except ValueError as exc:  # unknown names from the environment
+        raise UsageError(str(exc)) from exc
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report)
+    return 1 if any(row.state in State.PROBLEMS for row in report) else 0
+
+
+def run_environ(base: Optional[dict] = None, options: Optional[dict] = None) -> dict:
+    """The environment for ``tmpatch run``: ``base`` (default ``os.environ``)
+    with ``TMPATCH=1``, the companion variables for ``options``, and the
+    bootstrap directory first on PYTHONPATH (once)."""
+    from tmpatch.bootstrap import DIRECTORY
+
+    environ = dict(os.environ if base is None else base)
+    environ[env.SWITCH] = "1"
+    environ.update(env.to_environ(options or {}))
+    entries = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != DIRECTORY]
+    environ["PYTHONPATH"] = os.pathsep.join([DIRECTORY] + entries)
+    return environ
+
+
+def _run(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("run: no command given; usage: tmpatch run [OPTIONS] -- COMMAND [ARGS...]")
+    options = {
+        "patches": _names(args.patches, "--patches"),
+        "exclude": _names(args.exclude, "--exclude"),
+        "strict": True if args.strict else None,
+        "log_level": args.log_level,
+    }
+    environ = run_environ(options=options)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        if os.name == "posix":
+            os.execvpe(argv[0], argv, environ)  # does not return
+        return subprocess.call(argv, env=environ)
+    except FileNotFoundError:
+        print(f"tmpatch run: command not found: {argv[0]}", file=sys.stderr)
+        return 127
+    except OSError as exc:
+        print(f"tmpatch run: cannot run {argv[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 126
+
+
+def _audit(argv: Sequence[str]) -> int:
+    try:
+        module = importlib.import_module("tmpatch.audit.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("tmpatch.audit", "tmpatch.audit.cli"):
+            raise
+        print("tmpatch audit: not available in this installation (module tmpatch.audit.cli not found)",
+              file=sys.stderr)
+        return 2
+    result = module.main(list(argv))
+    return 0 if result is None else int(result)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "audit":  # its own options, parsed by tmpatch.audit.cli
+        return _audit(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)  # exits 2 on a usage error, 0 on --help
+    try:
+        if args.command == "status":
+            return _status(args)
+        if args.command == "run":
+            return _run(args)
+        parser.print_help()
+        return 2
+    except UsageError as exc:
+        parser.exit(2, f"tmpatch: error: {exc}\n")
+    return 2  # pragma: no cover - parser.exit raises
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
