@@ -6,6 +6,9 @@ are already applied. Initial values come from the environment.
 
 * ``policy["nan_check"]``: when the ``nan_check`` patch reports NaN values
   (``TMPATCH_NAN_CHECK``): ``deferred`` (default), ``eager`` or ``off``.
+* ``policy["bincount"]``: how the ``bincount`` patch treats values outside
+  ``[0, minlength)`` (``TMPATCH_BINCOUNT``): ``deferred`` (default: counted on the
+  device, reported at ``compute()``) or ``eager`` (the release's own ``_bincount``).
 """
 from __future__ import annotations
 
@@ -39,7 +42,19 @@ def _nan_check_from_env() -> str:
         return "deferred"
 
 
-policy: Dict[str, str] = {"nan_check": _nan_check_from_env()}
+BINCOUNT_POLICIES = ("deferred", "eager")
+BINCOUNT_ENV = "TMPATCH_BINCOUNT"
+
+
+def _bincount_from_env() -> str:
+    raw = os.environ.get(BINCOUNT_ENV, "").strip().lower()
+    if raw and raw not in BINCOUNT_POLICIES:
+        log.warning("tmpatch: bincount must be one of %s; got %r (from %s); using deferred",
+                    ", ".join(BINCOUNT_POLICIES), raw, BINCOUNT_ENV)
+    return raw if raw in BINCOUNT_POLICIES else "deferred"
+
+
+policy: Dict[str, str] = {"nan_check": _nan_check_from_env(), "bincount": _bincount_from_env()}
 
 
 def set_nan_check(value: str) -> None:

@@ -24,6 +24,8 @@ NAMES = (
     "cumsum_device",
     "mean_default_weight",
     "nan_check",
+    "bincount",
+    "logits_check",
     "gather_autograd",
 )
 

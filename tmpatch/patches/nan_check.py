@@ -144,7 +144,9 @@ def _constants() -> Callable[[Any, float], Any]:
         found = cache.get(key)
         if found is None:
             found = torch.full((), value, dtype=dtype)
-            if value == value:  # a NaN key never compares equal: not cached
+            # a NaN key never compares equal; a tensor made under a tensor mode (the
+            # audit's fake tensors, a tracer) must not outlive it: neither is cached
+            if value == value and type(found) is torch.Tensor:
                 cache[key] = found
         return found
 
