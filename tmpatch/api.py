@@ -184,7 +184,8 @@ def _disarm_unused() -> None:
 
 # -- public API ---------------------------------------------------------------
 def apply(
-    patches: Names = None, *, exclude: Names = None, strict: bool = False, nan_check: Optional[str] = None
+    patches: Names = None, *, exclude: Names = None, strict: bool = False,
+    nan_check: Optional[str] = None, bincount: Optional[str] = None,
 ) -> Report:
     """Apply tmpatch's patches (all, or the ``patches`` named, less ``exclude``).
 
@@ -192,13 +193,14 @@ def apply(
     torchmetrics is imported nothing is imported: the patches arm post-import
     hooks and take effect on import. A patch whose target is not recognised is
     left alone and its row says why; with ``strict=True`` that raises
-    :class:`TmpatchError` (the other patches stay applied). ``nan_check``:
-    when the ``nan_check`` patch reports NaN (``deferred``, ``eager`` or ``off``;
-    see :mod:`tmpatch.settings`). Returns the report.
+    :class:`TmpatchError` (the other patches stay applied). ``nan_check`` and
+    ``bincount`` set those patches' policies (:mod:`tmpatch.settings`; a bad
+    value is a ``ValueError`` naming the valid ones). Returns the report.
     """
     global _warned_missing
-    if nan_check is not None:
-        settings.set_nan_check(nan_check)
+    for name, value in (("nan_check", nan_check), ("bincount", bincount)):
+        if value is not None:
+            settings.set_policy(name, value)
     selected, excluded = _select(patches, exclude)
     with _engine.lock:
         if not catalogue.installed():

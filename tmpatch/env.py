@@ -34,7 +34,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 #: ``TMPATCH_*`` variables read elsewhere, never reported as unknown:
 #: ``TMPATCH_NAN_CHECK`` by :mod:`tmpatch.settings`, ``TMPATCH_TEST_RELEASE`` by
 #: the test suite (tools/matrix.py)
-OTHER_VARIABLES = ("TMPATCH_NAN_CHECK", "TMPATCH_TEST_RELEASE")
+OTHER_VARIABLES = ("TMPATCH_NAN_CHECK", "TMPATCH_BINCOUNT", "TMPATCH_TEST_RELEASE")
 
 
 def is_on(value: str | None) -> bool:

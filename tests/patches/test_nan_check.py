@@ -335,7 +335,7 @@ def test_policy_argument_and_environment(monkeypatch):
         tmpatch.apply("nan_check", nan_check="later")
     for raw, expected in [("", "deferred"), ("eager", "eager"), (" OFF ", "off"), ("later", "deferred")]:
         monkeypatch.setenv("TMPATCH_NAN_CHECK", raw)
-        assert tm_settings._nan_check_from_env() == expected
+        assert tm_settings._from_env("nan_check") == expected
     code = """
         import warnings, torch, tmpatch
         from torchmetrics.aggregation import SumMetric
