@@ -41,7 +41,8 @@ def _source(folder: str, module: str, qualname: str) -> Optional[str]:
         if node is None:
             return None
         body = node.body  # type: ignore[attr-defined]
-    return ast.get_source_segment(text, node, padded=True)
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])  # as inspect does
+    return "\n".join(text.splitlines()[first - 1 : node.end_lineno]) + "\n"
 
 
 def main(folders: List[str]) -> int:
