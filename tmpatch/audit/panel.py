@@ -1,0 +1,466 @@
+"""The built-in audit panel: sync points of common metrics, unpatched and patched.
+
+Each :class:`Row` names a call (``update`` of one metric or of the five metrics of a
+training step, or one torchmetrics helper) and builds it from scratch; :func:`run_panel`
+audits every row twice, on the release's own code and with :func:`tmpatch.apply`, and
+returns a :class:`Panel`. Metrics are built outside the simulation and, for the
+patched run, after ``apply()`` (torchmetrics binds ``update`` at construction).
+``compute`` is audited after one real ``update`` on the CPU.
+
+Remaining sync points are labelled from :data:`LABELS` (matched on function name,
+file and op), so a reader sees which syncs are inherent, opted into (input
+validation) or removed by a tmpatch patch that is not in effect.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from tmpatch.audit.api import audit
+from tmpatch.audit.report import AuditReport, SyncPoint
+
+log = logging.getLogger("tmpatch")
+
+# --- labels ------------------------------------------------------------------------------------
+
+INHERENT = "inherent"  #: no implementation of the call can avoid it
+VALIDATION = "validation"  #: input validation the user asked for (validate_args=True)
+PATCH = "patch"  #: a tmpatch patch removes it; seen patched, that patch is not in effect
+UPSTREAM = "upstream"  #: a defect of the release, fixed in a later one, no tmpatch patch
+DEFERRED = "deferred"  #: work a patch moved out of ``update`` into ``compute``
+
+#: categories that ``--fail-on-sync`` tolerates in a patched update
+TOLERATED = (INHERENT, VALIDATION)
+
+
+@dataclass(frozen=True)
+class Label:
+    """Why a sync point is there. A point matches when every given pattern does:
+    ``function``, ``op`` and ``kind`` (its text) are full-match regexes, ``file`` a path suffix."""
+
+    category: str
+    reason: str
+    function: str = ".*"
+    file: str = ""
+    op: str = ".*"
+    kind: str = ".*"
+    patch: str = ""  #: the tmpatch patch that removes it, if any
+
+    def matches(self, point: SyncPoint) -> bool:
+        path = point.location.rsplit(":", 1)[0].replace("\\", "/")
+        return (re.fullmatch(self.function, point.function) is not None
+                and re.fullmatch(self.op, point.op) is not None
+                and re.fullmatch(self.kind, point.kind.value) is not None
+                and path.endswith(self.file))
+
+
+#: first match wins
+LABELS: Tuple[Label, ...] = (
+    Label(INHERENT, "inherent to torch.bincount on CUDA (reads min and max to size its output); "
+          "see the bincount patch", function="_bincount", op="aten.bincount", patch="bincount"),
+    Label(INHERENT, "CatMetric drops NaN elements: its output size depends on the values",
+          function="check", file="tmpatch/patches/nan_check.py"),
+    Label(PATCH, "Python scalar or default weight copied from the host; fixed by the mean_default_weight patch",
+          function="update|_cast_and_nan_check_input", file="torchmetrics/aggregation.py", op="aten._to_copy",
+          kind="host-to-device copy", patch="mean_default_weight"),
+    Label(PATCH, "NaN check `if nans.any()` in _cast_and_nan_check_input; fixed by the nan_check patch",
+          function="_cast_and_nan_check_input", file="torchmetrics/aggregation.py", patch="nan_check"),
+    Label(PATCH, "zero-division value copied from the host; fixed by the safe_divide patch",
+          function="_safe_divide", file="torchmetrics/utilities/compute.py", patch="safe_divide"),
+    Label(PATCH, "deterministic _cumsum returns to the current GPU (#2608); fixed by the cumsum_device patch",
+          function="_cumsum", file="torchmetrics/utilities/data.py", kind="device mismatch",
+          patch="cumsum_device"),
+    Label(VALIDATION, "input validation (validate_args=True)",
+          function=r"_\w*(validation|validate\w*|_check\w*)|_check_same_shape"),
+    Label(UPSTREAM, "the release's formatter reads the values to decide on a sigmoid (fixed upstream in 1.6.1); "
+          "see the logits_check patch", function=r"_(binary|multilabel)_\w*format\w*", patch="logits_check"),
+    Label(INHERENT, "deterministic _cumsum falls back to the CPU (torch has no deterministic CUDA cumsum)",
+          function="_cumsum", kind=".* copy"),
+    Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
+          file="tmpatch/deferred.py"),
+)
+
+
+def label_for(point: SyncPoint) -> Optional[Label]:
+    """The first label of :data:`LABELS` matching ``point``, or None."""
+    return next((label for label in LABELS if label.matches(point)), None)
+
+
+# --- rows --------------------------------------------------------------------------------------
+
+Call = Tuple[Any, tuple, dict]  # (metric or function, args, kwargs)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One panel row: ``build()`` returns the calls to audit, built fresh each time."""
+
+    name: str
+    build: Callable[[], List[Call]]
+    requires: Tuple[str, ...]  #: ``module:attr`` names; a missing one makes the row n/a
+    helper: bool = False  #: a function call, no ``compute``
+    device: str = "cuda:0"
+    deterministic: bool = False
+    doc: str = ""
+
+
+def _resolve(name: str) -> Any:
+    module, _, attr = name.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def _values(n: int = 8) -> torch.Tensor:
+    return torch.randn(n, generator=_gen())
+
+
+def _multiclass(classes: int, batch: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    g = _gen()
+    return torch.randn(batch, classes, generator=g), torch.randint(0, classes, (batch,), generator=g)
+
+
+def _regression() -> Tuple[torch.Tensor, torch.Tensor]:
+    g = _gen()
+    return torch.randn(8, generator=g), torch.randn(8, generator=g)
+
+
+def _binary() -> Tuple[torch.Tensor, torch.Tensor]:
+    g = _gen()
+    return torch.rand(8, generator=g), torch.randint(0, 2, (8,), generator=g)
+
+
+TM = "torchmetrics"
+CLS = "torchmetrics.classification"
+STEP_CLASSES = 1000
+STEP_BATCH = 128
+
+
+def training_step_calls() -> List[Call]:
+    """The published case's metric work for one step: MeanMetric of the loss and multiclass
+    Accuracy, Precision, Recall, F1 over 1000 classes (validate_args=False), one update each."""
+    preds, target = _multiclass(STEP_CLASSES, STEP_BATCH)
+    loss = torch.tensor(2.5)
+    calls: List[Call] = [(_resolve(f"{TM}:MeanMetric")(), (loss,), {})]
+    for name in ("MulticlassAccuracy", "MulticlassPrecision", "MulticlassRecall", "MulticlassF1Score"):
+        metric = _resolve(f"{CLS}:{name}")(num_classes=STEP_CLASSES, validate_args=False)
+        calls.append((metric, (preds, target), {}))
+    return calls
+
+
+def _mc_row(cls: str, validate: bool = False, suffix: str = "") -> Row:
+    # batch 5: simulated ``torch.unique`` keeps every element, and validation wants <= num_classes of them
+    return Row(cls + suffix, lambda: [(_resolve(f"{CLS}:{cls}")(num_classes=5, validate_args=validate),
+                                       _multiclass(5, 5), {})], (f"{CLS}:{cls}",),
+               doc=f"num_classes=5, validate_args={validate}")
+
+
+def _helper(name: str, target: str, args: Callable[[], tuple], kwargs: Optional[dict] = None,
+            **options: Any) -> Row:
+    return Row(name, lambda: [(_resolve(target), args(), dict(kwargs or {}))], (target,), helper=True, **options)
+
+
+ROWS: Tuple[Row, ...] = (
+    Row("MeanMetric (default weight)", lambda: [(_resolve(f"{TM}:MeanMetric")(), (_values(),), {})],
+        (f"{TM}:MeanMetric",), doc="update(value)"),
+    Row("MeanMetric (tensor weight)",
+        lambda: [(_resolve(f"{TM}:MeanMetric")(), (_values(), torch.rand(8, generator=_gen())), {})],
+        (f"{TM}:MeanMetric",), doc="update(value, weight)"),
+    Row("MeanMetric (float value)", lambda: [(_resolve(f"{TM}:MeanMetric")(), (3.5,), {})],
+        (f"{TM}:MeanMetric",), doc="update(3.5)"),
+    Row("SumMetric", lambda: [(_resolve(f"{TM}:SumMetric")(), (_values(),), {})], (f"{TM}:SumMetric",)),
+    Row("MaxMetric", lambda: [(_resolve(f"{TM}:MaxMetric")(), (_values(),), {})], (f"{TM}:MaxMetric",)),
+    Row("MinMetric", lambda: [(_resolve(f"{TM}:MinMetric")(), (_values(),), {})], (f"{TM}:MinMetric",)),
+    Row("CatMetric", lambda: [(_resolve(f"{TM}:CatMetric")(), (_values(),), {})], (f"{TM}:CatMetric",)),
+    Row("RunningMean", lambda: [(_resolve(f"{TM}:RunningMean")(window=3), (_values(),), {})],
+        (f"{TM}:RunningMean",), doc="window=3"),
+    _mc_row("MulticlassAccuracy"),
+    _mc_row("MulticlassPrecision"),
+    _mc_row("MulticlassRecall"),
+    _mc_row("MulticlassF1Score"),
+    _mc_row("MulticlassAccuracy", validate=True, suffix=" (validate_args)"),
+    Row("BinaryAccuracy", lambda: [(_resolve(f"{CLS}:BinaryAccuracy")(validate_args=False), _binary(), {})],
+        (f"{CLS}:BinaryAccuracy",), doc="validate_args=False"),
+    Row("MeanSquaredError", lambda: [(_resolve(f"{TM}:MeanSquaredError")(), _regression(), {})],
+        (f"{TM}:MeanSquaredError",)),
+    Row("MeanAbsoluteError", lambda: [(_resolve(f"{TM}:MeanAbsoluteError")(), _regression(), {})],
+        (f"{TM}:MeanAbsoluteError",)),
+    _helper("_safe_divide", "torchmetrics.utilities.compute:_safe_divide",
+            lambda: (_values(4), torch.rand(4, generator=_gen())), device="cuda:1", doc="on cuda:1"),
+    _helper("_cumsum", "torchmetrics.utilities.data:_cumsum", lambda: (_values(),), {"dim": 0},
+            device="cuda:1", deterministic=True, doc="deterministic mode, on cuda:1"),
+    Row("training step", training_step_calls,
+        (f"{TM}:MeanMetric",) + tuple(f"{CLS}:{n}" for n in ("MulticlassAccuracy", "MulticlassPrecision",
+                                                             "MulticlassRecall", "MulticlassF1Score")),
+        doc=f"MeanMetric(loss) + multiclass Accuracy, Precision, Recall, F1 ({STEP_CLASSES} classes, "
+            f"batch {STEP_BATCH}), one update each"),
+)
+
+ROW_NAMES: Tuple[str, ...] = tuple(row.name for row in ROWS)
+
+
+def find_row(name: str) -> Row:
+    """The row called ``name`` (case-insensitive); ``KeyError`` if none."""
+    for row in ROWS:
+        if row.name.lower() == name.lower():
+            return row
+    raise KeyError(name)
+
+
+# --- results -----------------------------------------------------------------------------------
+
+@dataclass
+class Audited:
+    """The sync points of one call of one row in one mode (None report: not applicable)."""
+
+    report: Optional[AuditReport]
+    patched: bool
+
+    @property
+    def count(self) -> Optional[int]:
+        return None if self.report is None else self.report.count
+
+    @property
+    def points(self) -> List[SyncPoint]:
+        return [] if self.report is None else list(self.report.sync_points)
+
+    def labels(self) -> List[Optional[Label]]:
+        """One label (or None) per sync point."""
+        return [label_for(p) for p in self.points]
+
+    def untolerated(self) -> List[SyncPoint]:
+        """Sync points not labelled inherent or validation."""
+        return [p for p, lab in zip(self.points, self.labels()) if lab is None or lab.category not in TOLERATED]
+
+    def to_dict(self) -> Optional[Dict[str, Any]]:
+        if self.report is None:
+            return None
+        data = self.report.to_dict()
+        for point, label in zip(data["sync_points"], self.labels()):
+            point["label"] = None if label is None else {"category": label.category, "reason": label.reason}
+        return data
+
+
+@dataclass
+class RowResult:
+    """One row audited: ``update``/``compute``, unpatched and patched; ``available`` False = n/a."""
+
+    name: str
+    available: bool
+    doc: str = ""
+    why_na: str = ""
+    helper: bool = False
+    error: str = ""  #: the audit raised (text); the row's figures are incomplete
+    update: Dict[str, Audited] = field(default_factory=dict)  #: "unpatched"/"patched"
+    compute: Dict[str, Audited] = field(default_factory=dict)
+
+    def notes(self) -> List[str]:
+        """The distinct reasons of the patched syncs (update and compute), in order."""
+        if not self.available:
+            return [self.why_na]
+        reasons: List[str] = [f"error: {self.error}"] if self.error else []
+        for audited in (self.update.get("patched"), self.compute.get("patched")):
+            if audited is None:
+                continue
+            for label in audited.labels():
+                text = "unexplained sync" if label is None else f"{label.category}: {label.reason}"
+                if text not in reasons:
+                    reasons.append(text)
+            if audited.report is not None and not audited.report.complete:
+                reasons.append("audit stopped early")
+        return reasons
+
+    def note(self) -> str:
+        """:meth:`notes`, ``;``-joined."""
+        return "; ".join(self.notes())
+
+    def fixed_by(self) -> List[str]:
+        """The tmpatch patches named by the labels of unpatched syncs that are gone patched."""
+        names: List[str] = []
+        for part in (self.update, self.compute):
+            if "unpatched" not in part or "patched" not in part:
+                continue
+            remaining = {(p.kind, p.function) for p in part["patched"].points}
+            for point, label in zip(part["unpatched"].points, part["unpatched"].labels()):
+                if label is not None and label.patch and (point.kind, point.function) not in remaining \
+                        and label.patch not in names:
+                    names.append(label.patch)
+        return names
+
+    def fails(self) -> bool:
+        """Whether the patched ``update`` keeps a sync that is neither inherent nor validation
+        (or could not be audited)."""
+        if not self.available:
+            return False
+        patched = self.update.get("patched")
+        return bool(self.error) or patched is None or bool(patched.untolerated())
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "name": self.name, "available": self.available, "doc": self.doc, "why_na": self.why_na,
+            "error": self.error or None,
+            "update": {mode: a.to_dict() for mode, a in self.update.items()},
+            "compute": {mode: a.to_dict() for mode, a in self.compute.items()},
+            "notes": self.notes(), "fixed_by": self.fixed_by(), "fails": self.fails(),
+        }
+
+
+@dataclass
+class Panel:
+    """The whole panel: the torchmetrics release, the patch states and one result per row."""
+
+    release: str
+    mode: str
+    patch_states: Dict[str, str]
+    rows: List[RowResult]
+
+    def __getitem__(self, name: str) -> RowResult:
+        for row in self.rows:
+            if row.name.lower() == name.lower():
+                return row
+        raise KeyError(name)
+
+    def failing(self) -> List[RowResult]:
+        """Rows whose patched update still syncs for a reason not tolerated (see :data:`TOLERATED`)."""
+        return [row for row in self.rows if row.fails()]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"torchmetrics": self.release, "mode": self.mode, "patches": self.patch_states,
+                "rows": [row.to_dict() for row in self.rows]}
+
+
+# --- running -----------------------------------------------------------------------------------
+
+def _update_all(calls: List[Call]) -> None:
+    for target, args, kwargs in calls:
+        (target.update if isinstance(target, torch.nn.Module) else target)(*args, **kwargs)
+
+
+def _compute_all(metrics: List[Any]) -> List[Any]:
+    """``compute()`` of each metric. On simulated CUDA a patch's deferred report (NaN seen, values
+    out of range) reads the oracle's plausible value, 1, not the real 0, and may raise: that
+    error is an artefact of the simulation and is ignored (the read is still a sync point)."""
+    results = []
+    for metric in metrics:
+        try:
+            results.append(metric.compute())
+        except RuntimeError as exc:
+            if not str(exc).startswith("tmpatch"):
+                raise
+            log.debug("tmpatch.audit: ignored during the compute audit: %s", exc)
+            results.append(None)
+    return results
+
+
+@contextlib.contextmanager
+def _deterministic(on: bool) -> Iterator[None]:
+    if not on:
+        yield
+        return
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*deterministic mode.*")
+            yield
+    finally:
+        torch.use_deterministic_algorithms(previous)
+
+
+def _audit_row(row: Row, patched: bool, real: Optional[bool]) -> Tuple[Audited, Optional[Audited]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchmetrics' own warnings (compute before update, ...)
+        calls = row.build()
+        with _deterministic(row.deterministic):
+            if row.helper:
+                target, args, kwargs = calls[0]
+                return Audited(audit(target, *args, device=row.device, real=real, **kwargs), patched), None
+            update = audit(_update_all, calls, device=row.device, real=real)
+            for metric, args, kwargs in calls:  # one real update on the CPU, then compute on the device
+                metric.update(*args, **kwargs)
+            compute = audit(_compute_all, [metric for metric, _, _ in calls], device=row.device, real=real)
+    return Audited(update, patched), Audited(compute, patched)
+
+
+def _available(row: Row) -> Tuple[bool, str]:
+    for name in row.requires:
+        try:
+            _resolve(name)
+        except (ImportError, AttributeError):
+            return False, f"n/a: {name.replace(':', '.')} not in this release"
+    return True, ""
+
+
+def _active_patches() -> List[str]:
+    import tmpatch
+    from tmpatch.report import State
+
+    idle = (State.OFF, State.EXCLUDED, State.REVERTED)  # every other state: requested by apply()
+    return [row.name for row in tmpatch.status() if row.state not in idle]
+
+
+@contextlib.contextmanager
+def restored_patches() -> Iterator[None]:
+    """Run the block, then put tmpatch back as it was: reverted, or the patches that were
+    requested (applied, pending, not needed, ...) applied again."""
+    import tmpatch
+
+    active = _active_patches()
+    try:
+        yield
+    finally:
+        tmpatch.revert()
+        if active:
+            tmpatch.apply(active)
+
+
+def run_panel(names: Optional[Sequence[str]] = None, real: Optional[bool] = None) -> Panel:
+    """Audit the rows named (default: all; in panel order), unpatched then patched; tmpatch is
+    left as found. ``KeyError`` for an unknown name.
+
+    ``real``: see :func:`tmpatch.audit.audit` (None: a GPU when there is one).
+    """
+    import torchmetrics
+
+    import tmpatch
+    from tmpatch.audit.api import _use_real
+
+    wanted = None if names is None else {find_row(n).name for n in names}
+    rows = [row for row in ROWS if wanted is None or row.name in wanted]  # panel order
+    results = []
+    for row in rows:
+        ok, why = _available(row)
+        results.append(RowResult(row.name, ok, row.doc, why, row.helper))
+    with restored_patches():
+        states: Dict[str, str] = {}
+        for mode in ("unpatched", "patched"):
+            if mode == "patched":
+                states = tmpatch.apply().states()
+            else:
+                tmpatch.revert()
+            for row, result in zip(rows, results):
+                if not result.available:
+                    continue
+                log.debug("tmpatch.audit: panel row %s, %s", row.name, mode)
+                try:
+                    update, compute = _audit_row(row, mode == "patched", real)
+                except Exception as exc:  # noqa: BLE001 - one broken row must not hide the others
+                    log.warning("tmpatch.audit: panel row %s (%s) failed: %r", row.name, mode, exc)
+                    result.error = f"{mode}: {type(exc).__name__}: {exc}"
+                    continue
+                result.update[mode] = update
+                if compute is not None:
+                    result.compute[mode] = compute
+    return Panel(torchmetrics.__version__, "real" if _use_real(real) else "simulated", states, results)
