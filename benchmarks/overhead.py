@@ -7,7 +7,8 @@
 For each release a child process times, in alternating blocks, the release's
 own code and tmpatch's (apply/revert between blocks), and reports the median
 time per call and the ratio patched/unpatched (goal: <= 1.05). Writes nothing
-but stdout; benchmarks/overhead.txt holds the last recorded run.
+but stdout; benchmarks/overhead.txt holds the last recorded run (it absorbed the
+former aggregation_update.py: the aggregator cases apply the patches named).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASES = ("1.4.0", "1.6.1", "1.9.0")
@@ -30,28 +31,33 @@ def _per_call(fn: Callable[[], object], number: int) -> float:
     return (time.perf_counter() - start) / number
 
 
-def _cases() -> Dict[str, Callable[[], Callable[[], object]]]:
-    """name -> factory of a zero-argument call (built after apply/revert)."""
+Case = Tuple[str, Optional[List[str]], Callable[[], Callable[[], object]]]
+
+
+def _cases() -> List[Case]:
+    """(name, patches applied for it (None: all), factory of a zero-argument call).
+
+    The factory runs after apply/revert, so metrics get that state's methods.
+    """
     import torch
-    from torchmetrics import MeanMetric
+    from torchmetrics import MeanMetric, SumMetric
     from torchmetrics.classification import MulticlassAccuracy
     from torchmetrics.utilities import compute
 
     num, denom = torch.rand(10), torch.tensor([0.0, 1.0] * 5)
-    values = torch.rand(32)
+    loss, batch, weights = torch.tensor(0.25), torch.rand(256), torch.rand(256)
     preds, target = torch.randint(0, 10, (64,)), torch.randint(0, 10, (64,))
 
     def safe_divide():
         fn = compute._safe_divide
         return lambda: fn(num, denom)
 
-    def mean_update():
-        metric = MeanMetric()
-        return lambda: metric.update(values)
+    def update(cls: type, *args: object) -> Callable[[], Callable[[], object]]:
+        def factory():
+            metric = cls()
+            return lambda: metric.update(*args)
 
-    def mean_update_scalar():
-        metric = MeanMetric()
-        return lambda: metric.update(0.5)
+        return factory
 
     def accuracy():
         metric = MulticlassAccuracy(num_classes=10, validate_args=False)
@@ -62,12 +68,17 @@ def _cases() -> Dict[str, Callable[[], Callable[[], object]]]:
 
         return step
 
-    return {
-        "_safe_divide": safe_divide,
-        "MeanMetric.update(tensor)": mean_update,
-        "MeanMetric.update(float)": mean_update_scalar,
-        "MulticlassAccuracy update+compute": accuracy,
-    }
+    mean = ["mean_default_weight", "nan_check"]
+    return [
+        ("_safe_divide", ["safe_divide"], safe_divide),
+        ("MeanMetric.update(loss 0-d)", mean, update(MeanMetric, loss)),
+        ("MeanMetric.update(x[256])", mean, update(MeanMetric, batch)),
+        ("MeanMetric.update(x[256], w[256])", mean, update(MeanMetric, batch, weights)),
+        ("MeanMetric.update(0.5)", mean, update(MeanMetric, 0.5)),
+        ("SumMetric.update(loss 0-d)", ["nan_check"], update(SumMetric, loss)),
+        ("SumMetric.update(x[256])", ["nan_check"], update(SumMetric, batch)),
+        ("MulticlassAccuracy update+compute", None, accuracy),
+    ]
 
 
 def measure(blocks: int, number: int) -> List[str]:
@@ -80,19 +91,20 @@ def measure(blocks: int, number: int) -> List[str]:
 
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
-    lines = [f"torchmetrics {torchmetrics.__version__}, torch {torch.__version__}, {blocks} blocks x {number} calls"]
-    for name, factory in _cases().items():
+    lines = [f"torchmetrics {torchmetrics.__version__}, torch {torch.__version__}, CPU, 1 thread, "
+             f"{blocks} blocks x {number} calls"]
+    for name, patches, factory in _cases():
         times: Dict[bool, List[float]] = {False: [], True: []}
         for block in range(blocks * 2):
             patched = block % 2 == 1
-            tmpatch.apply() if patched else tmpatch.revert()
+            tmpatch.apply(patches) if patched else tmpatch.revert()
             call = factory()
             _per_call(call, max(1, number // 10))  # warm-up
             times[patched].append(_per_call(call, number))
         tmpatch.revert()
         before, after = statistics.median(times[False]), statistics.median(times[True])
         lines.append(f"  {name:36s} unpatched {before * 1e6:8.2f} us  patched {after * 1e6:8.2f} us  "
-                     f"ratio {after / before:5.3f}")
+                     f"ratio {after / before:5.3f}  ({', '.join(patches) if patches else 'all patches'})")
     states = tmpatch.apply().states()
     tmpatch.revert()
     lines.append("  patches: " + ", ".join(f"{k}={v}" for k, v in states.items()))
@@ -114,7 +126,8 @@ def main(argv: List[str]) -> int:
         if not os.path.isdir(folder):
             subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", folder,
                             f"torchmetrics=={release}"], check=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([folder, ROOT]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([folder, ROOT]), OMP_NUM_THREADS="1")
+        env.pop("TMPATCH", None)
         subprocess.run([sys.executable, os.path.abspath(__file__), "--here", "--blocks", str(args.blocks),
                         "--number", str(args.number)], env=env, check=True)
     return 0
