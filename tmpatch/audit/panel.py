@@ -161,10 +161,16 @@ def training_step_calls() -> List[Call]:
 
 
 def _mc_row(cls: str, validate: bool = False, suffix: str = "") -> Row:
-    # batch 5: simulated ``torch.unique`` keeps every element, and validation wants <= num_classes of them
+    # batch 5: simulated ``torch.unique`` keeps every element, and validation wants <= num_classes of them.
+    # Validation rows pass class labels: upstream validates nothing for float preds (an operator-precedence
+    # slip makes its loop run over an empty tuple), so logits would hide the validation syncs.
+    def inputs() -> Tuple[torch.Tensor, torch.Tensor]:
+        preds, target = _multiclass(5, 5)
+        return (preds.argmax(dim=1), target) if validate else (preds, target)
+
     return Row(cls + suffix, lambda: [(_resolve(f"{CLS}:{cls}")(num_classes=5, validate_args=validate),
-                                       _multiclass(5, 5), {})], (f"{CLS}:{cls}",),
-               doc=f"num_classes=5, validate_args={validate}")
+                                       inputs(), {})], (f"{CLS}:{cls}",),
+               doc=f"num_classes=5, validate_args={validate}" + (", integer preds" if validate else ""))
 
 
 def _helper(name: str, target: str, args: Callable[[], tuple], kwargs: Optional[dict] = None,
