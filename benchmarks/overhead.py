@@ -77,6 +77,7 @@ def _cases() -> List[Case]:
         ("MeanMetric.update(0.5)", mean, update(MeanMetric, 0.5)),
         ("SumMetric.update(loss 0-d)", ["nan_check"], update(SumMetric, loss)),
         ("SumMetric.update(x[256])", ["nan_check"], update(SumMetric, batch)),
+        ("MulticlassAccuracy update+compute", ["safe_divide"], accuracy),
         ("MulticlassAccuracy update+compute", None, accuracy),
     ]
 
