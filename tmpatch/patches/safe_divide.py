@@ -32,37 +32,31 @@ def _build_1_0(module: ModuleType) -> Callable[..., Any]:
     return _safe_divide
 
 
-def _build_1_4_0(module: ModuleType) -> Callable[..., Any]:
-    """1.4.0: the zero-division value is float32 whatever ``num``'s dtype."""
-    import torch
+def _where_builder(float32_value: bool) -> Callable[[ModuleType], Callable[..., Any]]:
+    """1.4.0 (``float32_value``: the zero-division value is float32 whatever
+    ``num``'s dtype) and 1.4.1-1.6.1 (it takes ``num``'s dtype)."""
 
-    full, where = torch.full, torch.where
-    float32 = torch.float32
+    def build(module: ModuleType) -> Callable[..., Any]:
+        import torch
 
-    def _safe_divide(original: Callable, num: Any, denom: Any, zero_division: float = 0.0) -> Any:
-        if type(zero_division) not in (float, int, bool):
-            return original(num, denom, zero_division)
-        num = num if num.is_floating_point() else num.float()
-        denom = denom if denom.is_floating_point() else denom.float()
-        return where(denom != 0, num / denom, full((), zero_division, dtype=float32, device=num.device))
+        full, where = torch.full, torch.where
+        float32 = torch.float32
 
-    return _safe_divide
+        def _safe_divide(original: Callable, num: Any, denom: Any, zero_division: float = 0.0) -> Any:
+            if type(zero_division) not in (float, int, bool):
+                return original(num, denom, zero_division)
+            num = num if num.is_floating_point() else num.float()
+            denom = denom if denom.is_floating_point() else denom.float()
+            dtype = float32 if float32_value else num.dtype
+            return where(denom != 0, num / denom, full((), zero_division, dtype=dtype, device=num.device))
+
+        return _safe_divide
+
+    return build
 
 
-def _build_1_4_1(module: ModuleType) -> Callable[..., Any]:
-    """1.4.1-1.6.1: the zero-division value takes ``num``'s dtype."""
-    import torch
-
-    full, where = torch.full, torch.where
-
-    def _safe_divide(original: Callable, num: Any, denom: Any, zero_division: float = 0.0) -> Any:
-        if type(zero_division) not in (float, int, bool):
-            return original(num, denom, zero_division)
-        num = num if num.is_floating_point() else num.float()
-        denom = denom if denom.is_floating_point() else denom.float()
-        return where(denom != 0, num / denom, full((), zero_division, dtype=num.dtype, device=num.device))
-
-    return _safe_divide
+_build_1_4_0 = _where_builder(float32_value=True)
+_build_1_4_1 = _where_builder(float32_value=False)
 
 
 def _build_1_6_2(module: ModuleType) -> Callable[..., Any]:
