@@ -196,3 +196,86 @@ def test_update_is_sync_free_on_simulated_cuda(name):
         metric = STAT_SCORES[name](num_classes=5, average=average, validate_args=False)
         patched = audit(metric.update, preds, target)
         assert patched.count == 0, str(patched)
+
+
+# -- ignore_index ------------------------------------------------------------------------------
+AVERAGES = ["micro", "macro", "weighted", "none"]
+
+
+@st.composite
+def _ignore_batches(draw):
+    classes = draw(st.integers(2, 6))
+    ignore = draw(st.sampled_from([0, classes - 1, -1, 255, -100]))
+    batches = []
+    for _ in range(draw(st.integers(1, 3))):
+        n = draw(st.integers(1, 12))  # an empty batch fails in the release's formatter
+        labels = st.integers(0, classes - 1)
+        target = draw(st.lists(st.one_of(labels, st.just(ignore)), min_size=n, max_size=n))
+        if draw(st.booleans()):
+            preds = torch.tensor(draw(st.lists(st.floats(-5, 5, width=32), min_size=n * classes,
+                                               max_size=n * classes))).reshape(n, classes)
+        else:
+            preds = torch.tensor(draw(st.lists(labels, min_size=n, max_size=n)), dtype=torch.int64)
+        batches.append((preds, torch.tensor(target, dtype=torch.int64)))
+    return classes, ignore, batches
+
+
+@settings(max_examples=60, deadline=None)
+@given(_ignore_batches(), st.sampled_from(AVERAGES), st.sampled_from(sorted(STAT_SCORES)))
+def test_ignore_index_counts_and_results_equal_the_releases(case, average, name):
+    classes, ignore, batches = case
+    expected_metric = STAT_SCORES[name](num_classes=classes, average=average, ignore_index=ignore,
+                                        validate_args=False)
+    for p, t in batches:
+        expected_metric.update(p, t)
+    _apply()
+    metric = STAT_SCORES[name](num_classes=classes, average=average, ignore_index=ignore, validate_args=False)
+    for p, t in batches:
+        metric.update(p, t)
+    for state in ("tp", "fp", "tn", "fn"):
+        assert_bitwise(getattr(metric, state), getattr(expected_metric, state))
+    assert int(metric._tmpatch_bincount) == 0
+    with torch.no_grad():
+        assert_bitwise(metric.compute(), expected_metric.compute())
+
+
+def test_ignore_index_keeps_reporting_out_of_range_values_and_skips_ignored_ones():
+    _apply()
+    metric = cls.MulticlassAccuracy(num_classes=3, ignore_index=-1, validate_args=False)
+    metric.update(torch.tensor([0, 1, 2, 1]), torch.tensor([0, -1, 7, 1]))  # -1 ignored, 7 out of range
+    assert int(metric._tmpatch_bincount) == 1
+    with pytest.raises(RuntimeError, match=r"1 value\(s\)"):
+        metric.compute()
+    assert metric.compute().item() == 1.0  # the two valid positions, both right
+
+
+def test_ignore_index_functional_calls_run_the_release():
+    import importlib
+
+    fn = importlib.import_module("torchmetrics.functional.classification.stat_scores")
+
+    _apply()
+    preds, target = torch.tensor([0, 1, 2]), torch.tensor([0, -1, 2])
+    got = fn._multiclass_stat_scores_update(preds, target, 3, 1, "macro", "global", -1)
+    want = tmpatch.get_original(fn._multiclass_stat_scores_update)(preds, target, 3, 1, "macro", "global", -1)
+    for g, w in zip(got, want):
+        assert_bitwise(g, w)
+
+
+@pytest.mark.parametrize("average", ["micro", "macro"])
+@pytest.mark.parametrize("ignore", [0, -1])
+def test_ignore_index_update_is_sync_free_on_simulated_cuda(average, ignore):
+    from tmpatch.audit import audit
+
+    preds, target = torch.randn(16, 5), torch.randint(0, 5, (16,))
+    target[::3] = ignore
+
+    def build():
+        return cls.MulticlassStatScores(num_classes=5, average=average, ignore_index=ignore, validate_args=False)
+
+    unpatched = audit(build().update, preds, target)
+    removal = [p for p in unpatched.sync_points if p.function == "_multiclass_stat_scores_update"]
+    assert len(removal) == 2 and {p.op for p in removal} == {"aten.index"}, str(unpatched)
+    _apply()
+    patched = audit(build().update, preds, target)
+    assert patched.count == 0, str(patched)

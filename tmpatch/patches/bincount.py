@@ -34,6 +34,15 @@ validation (``validate_args=True``, itself a sync) counts unique values but
 does not check their range, so such input reaches ``_bincount`` with either
 setting.
 
+``ignore_index``: in the same updates (``top_k=1``, ``multidim_average="global"``),
+``_multiclass_stat_scores_update`` first drops the positions where ``target ==
+ignore_index`` with a boolean index (``preds[idx]``, ``target[idx]``: a
+data-dependent shape, one sync each on CUDA), for ``average="micro"`` too.
+Since the result only feeds counts, the patch masks those positions out of the
+counts instead (same counts, same dtypes, bit for bit); kept values outside the
+range go to the same record. The one-hot branches (``top_k > 1`` or
+``"samplewise"``) already mask without a sync and stay the release's.
+
 Everywhere else the release's own function runs: ``minlength=None``; a
 non-integral or non-1-d input; outside a recorded metric's ``update()``
 (functional API, compute-time callers such as AUROC's weights, confusion
@@ -44,7 +53,8 @@ Deliberate differences: out-of-range values are reported at ``compute()``
 rather than in ``update()``; in deterministic mode upstream's mesh/loop
 silently dropped them, the patch reports them.
 
-Releases: 1.0.0-1.9.0 (four upstream implementations of ``_bincount``).
+Releases: 1.0.0-1.9.0 (four upstream implementations of ``_bincount``, four of
+``_multiclass_stat_scores_update`` whose counting branches are the same).
 """
 from __future__ import annotations
 
@@ -52,7 +62,7 @@ import contextlib
 import contextvars
 import logging
 from types import ModuleType
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 from tmpatch import deferred, settings
 from tmpatch.spec import Patch, Target, Variant
@@ -81,17 +91,52 @@ def _deferred() -> bool:
     return settings.policy.get("bincount", "deferred") == "deferred"
 
 
+# -- counting -------------------------------------------------------------------------
+def _counter() -> Callable[..., Any]:
+    """``count(x, minlength, metric, keep=None)``: the counts of ``x`` in ``[0, minlength)``
+    as int64 on ``x``'s device, leaving out positions where ``keep`` is False; in-range
+    values not kept are not counted, and the kept values outside the range are added
+    to the metric's record. No host read."""
+    import torch
+
+    zeros, where, int64 = torch.zeros, torch.where, torch.int64
+    aminmax, bincount = torch.aminmax, torch.bincount
+    states = "__dict__"
+    name = RECORD.name
+
+    def count(x: Any, minlength: int, metric: Any, keep: Any = None) -> Any:
+        size = x.numel()
+        if keep is None and size and CPU_SHORTCUT and x.device.type == "cpu":
+            low, high = aminmax(x)  # on the CPU a read is no sync: keep torch.bincount's speed
+            if low >= 0 and high < minlength:
+                return bincount(x, minlength=minlength)  # deterministic on the CPU
+        if minlength == 0:
+            bad: Any = size if keep is None else keep.sum()
+            out = zeros(0, dtype=int64, device=x.device)
+        else:
+            inside = (x >= 0) & (x < minlength)
+            if keep is not None:
+                inside &= keep
+                size = keep.sum()  # the number of values that should have been counted
+            index = where(inside, x, 0).to(int64)
+            out = zeros(minlength, dtype=int64, device=x.device).scatter_add_(0, index, inside.to(int64))
+            bad = size - out.sum() if x.numel() else 0  # counted values never exceed size: no overflow
+        if x.numel():
+            found = getattr(metric, states)
+            found[name] = found[name] + bad  # RECORD.add, inlined
+        return out
+
+    return count
+
+
 # -- _bincount -------------------------------------------------------------------
 def _build_bincount(module: ModuleType) -> Callable[..., Any]:
     """Every release: the four implementations differ only in their fallbacks
     (loop or mesh) and in when they take them; the in-range counts are the same."""
     import torch
 
-    zeros, where, int64 = torch.zeros, torch.where, torch.int64
-    aminmax, bincount = torch.aminmax, torch.bincount
     integral = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
-    states = "__dict__"
-    name = RECORD.name
+    count = _counter()
 
     def _bincount(original: Callable, x: Any, minlength: Optional[int] = None) -> Any:
         metric = _current.get()
@@ -105,25 +150,61 @@ def _build_bincount(module: ModuleType) -> Callable[..., Any]:
             or not _deferred()
         ):
             return original(x, minlength=minlength)
-        size = x.numel()
-        if size and CPU_SHORTCUT and x.device.type == "cpu":
-            low, high = aminmax(x)  # on the CPU a read is no sync: keep torch.bincount's speed
-            if low >= 0 and high < minlength:
-                return bincount(x, minlength=minlength)  # deterministic on the CPU
-        if minlength == 0:
-            bad: Any = size
-            out = zeros(0, dtype=int64, device=x.device)
-        else:
-            inside = (x >= 0) & (x < minlength)
-            index = where(inside, x, 0).to(int64)
-            out = zeros(minlength, dtype=int64, device=x.device).scatter_add_(0, index, inside.to(int64))
-            bad = size - out.sum() if size else 0  # counted values never exceed size: no overflow
-        if size:
-            found = getattr(metric, states)
-            found[name] = found[name] + bad  # RECORD.add, inlined
-        return out
+        return count(x, minlength, metric)
 
     return _bincount
+
+
+# -- ignore_index ----------------------------------------------------------------
+def _build_stat_scores_update(module: ModuleType) -> Callable[..., Any]:
+    """``_multiclass_stat_scores_update``, every release: its ``top_k=1``, ``"global"``
+    branches drop ``target == ignore_index`` with a boolean index (``preds[idx]``, a
+    data-dependent shape: a sync each) before counting. Here the ignored positions
+    are masked out of the counts instead; the one-hot branches (``top_k > 1`` or
+    ``"samplewise"``), which mask without a sync already, stay the release's."""
+    import torch
+
+    int64 = torch.int64
+    count = _counter()
+
+    def _multiclass_stat_scores_update(
+        original: Callable,
+        preds: Any,
+        target: Any,
+        num_classes: int,
+        top_k: int = 1,
+        average: Optional[str] = "macro",
+        multidim_average: str = "global",
+        ignore_index: Optional[int] = None,
+    ) -> Tuple[Any, Any, Any, Any]:
+        metric = _current.get()
+        if (
+            ignore_index is None
+            or metric is None
+            or multidim_average == "samplewise"
+            or top_k != 1
+            or not _deferred()
+        ):
+            return original(preds, target, num_classes, top_k, average, multidim_average, ignore_index)
+        preds = preds.flatten()
+        target = target.flatten()
+        keep = target != ignore_index
+        if average == "micro":
+            hit = preds == target
+            tp = (hit & keep).sum()
+            fp = (~hit & keep).sum()
+            fn = (~hit & keep).sum()
+            tn = num_classes * keep.sum() - (fp + fn + tp)
+            return tp, fp, tn, fn
+        mapping = target.to(int64) * num_classes + preds.to(int64)
+        confmat = count(mapping, num_classes**2, metric, keep).reshape(num_classes, num_classes)
+        tp = confmat.diag()
+        fp = confmat.sum(0) - tp
+        fn = confmat.sum(1) - tp
+        tn = confmat.sum() - (fp + fn + tp)
+        return tp, fp, tn, fn
+
+    return _multiclass_stat_scores_update
 
 
 # -- the metrics ------------------------------------------------------------------
@@ -173,10 +254,14 @@ def _build_sync_context(module: ModuleType) -> Callable[..., Any]:
 
 _DATA = "torchmetrics.utilities.data"
 _STAT = "torchmetrics.classification.stat_scores"
+_STAT_FN = "torchmetrics.functional.classification.stat_scores"
 
 PATCH = Patch(
     name="bincount",
-    summary="multiclass stat-score updates count without torch.bincount's device read; range errors at compute()",
+    summary=(
+        "multiclass stat-score updates count without torch.bincount's device read or the ignore_index "
+        "removal; range errors at compute()"
+    ),
     known=">=1.0.0",
     upstream="not fixed upstream (DESIGN.md §3)",
     targets=(
@@ -188,6 +273,16 @@ PATCH = Patch(
                 Variant("1.2.1-1.5.2", "92377986ae8ac6c4", _build_bincount),
                 Variant("1.6.0", "3b01983d96015e74", _build_bincount),
                 Variant("1.6.1-1.9.0", "844aca9a5b9bef1c", _build_bincount),
+            ),
+        ),
+        Target(
+            module=_STAT_FN,
+            qualname="_multiclass_stat_scores_update",
+            variants=(
+                Variant("1.0.0-1.0.2", "8f90619f8a069199", _build_stat_scores_update),
+                Variant("1.0.3-1.5.2", "cc69b1446ba8ac1d", _build_stat_scores_update),  # ``.long()`` in one-hot
+                Variant("1.6.0", "802f14a7fbdad54a", _build_stat_scores_update),
+                Variant("1.6.1-1.9.0", "3ea2f317da52f574", _build_stat_scores_update),  # top-k refinement
             ),
         ),
         Target(
