@@ -9,7 +9,7 @@ import pytest
 import tmpatch
 from tmpatch.audit import SyncKind, SyncPoint
 from tmpatch.audit import panel as panel_module
-from tmpatch.audit.panel import INHERENT, PATCH, TOLERATED, UPSTREAM, label_for, run_panel
+from tmpatch.audit.panel import INHERENT, PATCH, TOLERATED, UPSTREAM, VALIDATION, label_for, run_panel
 
 from tests.audit.helpers import release_in
 
@@ -36,9 +36,17 @@ def _applied(panel, name):
     return panel.patch_states.get(name) == "applied"
 
 
+def _upstream_cannot_run(row) -> bool:
+    """torchmetrics 1.6.1 raises for top_k > 1 with samplewise multidim input (``_refine_preds_oh``)."""
+    return release_in("==1.6.1") and "top_k=2, samplewise" in row.name
+
+
 def test_every_row_ran(panel):
     assert [row.name for row in panel.rows] == list(panel_module.ROW_NAMES)
     for row in panel.rows:
+        if _upstream_cannot_run(row):
+            assert not row.available and "raises RuntimeError" in row.why_na and not row.error, row.name
+            continue
         assert row.available and not row.error, (row.name, row.why_na, row.error)
         for part in (row.update, row.compute):
             for audited in part.values():
@@ -49,10 +57,13 @@ def test_every_row_ran(panel):
 
 def test_patched_updates_sync_only_where_labelled_and_tolerated(panel):
     for row in panel.rows:
+        if _upstream_cannot_run(row):
+            continue
         patched = row.update["patched"]
         assert all(label is not None for label in patched.labels()), (row.name, str(patched.report))
         leftover = patched.untolerated()
-        if row.name == "BinaryAccuracy" and release_in("<1.6.1") and not _applied(panel, "logits_check"):
+        if row.name.startswith(("Binary", "Multilabel")) and "validate_args" not in row.name \
+                and release_in("<1.6.1") and not _applied(panel, "logits_check"):
             assert {label_for(p).category for p in leftover} == {UPSTREAM}
             assert row.fails()
         else:
@@ -114,6 +125,62 @@ def test_multiclass_and_regression_rows(panel):
         assert ops == bincount, (name, ops)
     for name in ("MeanSquaredError", "MeanAbsoluteError"):
         assert panel[name].update["unpatched"].count == panel[name].update["patched"].count == 0
+
+
+def _grid_rows(panel):
+    return [row for row in panel.rows if row.name.startswith("MulticlassStatScores (")]
+
+
+def test_multiclass_grid_covers_every_update_branch(panel):
+    rows = _grid_rows(panel)
+    assert len(rows) == 3 * 2 * 2 * 2  # average x top_k x multidim_average x ignore_index
+    for row in rows:
+        if _upstream_cannot_run(row):
+            continue
+        unpatched = [(p.function, p.op) for p in row.update["unpatched"].points]
+        counting = "top_k=1, global" in row.name  # the branches that count or remove
+        expected = []
+        if counting and "ignore_index" in row.name:
+            expected += [("_multiclass_stat_scores_update", "aten.index")] * 2  # preds[idx], target[idx]
+        if counting and "micro" not in row.name:
+            expected.append(("_bincount", "aten.bincount"))
+        assert sorted(unpatched) == sorted(expected), (row.name, unpatched)
+        if _applied(panel, "bincount"):
+            assert row.update["patched"].count == 0, (row.name, str(row.update["patched"].report))
+            assert row.fixed_by() == (["bincount"] if expected else []), row.name
+
+
+def test_ignore_index_rows(panel):
+    for name in MULTICLASS:
+        row = panel[f"{name} (ignore_index)"]
+        ops = sorted(p.op for p in row.update["unpatched"].points)
+        assert ops == ["aten.bincount", "aten.index", "aten.index"], (name, ops)
+        if _applied(panel, "bincount"):
+            assert row.update["patched"].count == 0
+
+
+def test_binary_and_multilabel_rows(panel):
+    for task in ("Binary", "Multilabel"):
+        for metric in ("Accuracy", "Precision", "Recall", "F1Score", "StatScores"):
+            row = panel[task + metric]
+            unpatched = [p.function for p in row.update["unpatched"].points]
+            assert unpatched == ([f"_{task.lower()}_stat_scores_format"] if release_in("<1.6.1") else []), \
+                (row.name, unpatched)
+            if _applied(panel, "logits_check") or release_in(">=1.6.1"):
+                assert row.update["patched"].count == 0, row.name
+
+
+def test_validation_rows_keep_only_validation_syncs(panel):
+    names = [row.name for row in panel.rows if "validate_args" in row.name]
+    assert len(names) == 4
+    for name in names:
+        row = panel[name]
+        patched = row.update["patched"]
+        assert patched.count > 0, name  # the validation the user asked for
+        categories = {label.category for label in patched.labels()}
+        if _applied(panel, "bincount") and (_applied(panel, "logits_check") or release_in(">=1.6.1")):
+            assert categories == {VALIDATION}, (name, str(patched.report))
+        assert row.update["unpatched"].count >= patched.count, name
 
 
 def test_training_step_row(panel):

@@ -90,12 +90,18 @@ def simulated_cuda(device: DeviceLike = "cuda:0",
         if on_sync is not None:
             on_sync(point)
 
+    # torch logs a traceback at ERROR for every op whose meta kernel raises; the exception
+    # itself reaches the caller, so the log is noise in an audit's output
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake_log.level
     guard.acquire()
     try:
         recorder = SyncRecorder(sink)
+        fake_log.setLevel(logging.CRITICAL)
         with FakeTensorMode(allow_non_fake_inputs=True), recorder, FakeHostViews(recorder):
             yield handle
     finally:
+        fake_log.setLevel(level)
         guard.release()
 
 
