@@ -189,3 +189,37 @@ def test_a_failing_hook_never_breaks_the_import(toy, caplog):
 
     assert toypkg.core.target(2) == 4
     assert "post-import hook for toypkg.core failed" in caplog.text
+
+
+def test_a_batch_shares_one_sweep_and_sees_modules_imported_meanwhile(toy, monkeypatch):
+    import toypkg.core as core
+    import toypkg.user as user
+    from tmpatch import engine as engine_module
+
+    built = []
+    real_add = engine_module._Index._add
+
+    def counting_add(self, name, module, scope, places):
+        built.append(name)
+        return real_add(self, name, module, scope, places)
+
+    monkeypatch.setattr(engine_module._Index, "_add", counting_add)
+    original = core.target
+    engine = Engine()
+    with engine.batch():
+        layer = engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+        swept = len(built)
+        assert swept >= len([m for m in sys.modules.values() if m is not None]) - 5
+        method = engine.install(("toypkg.core", "Thing.method"), _add_one, method=True, scope="toypkg", sweep=True)
+        import toypkg.late as late  # imported after the index was built: added at the next lookup
+
+        assert late.target is layer.wrapper
+        engine.remove(("toypkg.core", "target"), scope="toypkg")
+        assert "toypkg.late" in built[swept:] and len(built) - swept < 10  # only the new modules
+    assert core.target is original and user.target is original and late.target is original
+    assert user.call.__defaults__[0] is original and method.active
+    with engine.batch():
+        layer = engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+        assert late.target is layer.wrapper and user.call_kw.__kwdefaults__["fn"] is layer.wrapper
+    engine.remove(("toypkg.core", "target"), scope="toypkg")  # outside a batch: the plain sweep
+    assert late.target is original and user.call_kw.__kwdefaults__["fn"] is original

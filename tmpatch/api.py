@@ -156,7 +156,7 @@ def _on_import(module: types.ModuleType) -> None:
     A module still half-way through its own import (it imported the one the
     hook fires for) does not count: its own hook comes when it is done.
     """
-    with _engine.lock:
+    with _engine.lock, _engine.batch():
         for name in [n for n in catalogue.NAMES if n in _pending]:
             patch = catalogue.load(name)
             if all(_loaded(target.module, module) for target in patch.targets):
@@ -213,18 +213,19 @@ def apply(
         for name in excluded:
             if not _is_applied(name) and name not in _pending:
                 _rows[name] = (State.EXCLUDED, "left out by the caller")
-        for name in selected:
-            if _is_applied(name) or name in _pending:
-                continue
-            patch = catalogue.load(name)
-            if all(target.module in sys.modules for target in patch.targets):
-                _install(patch, sweep=True)
-            else:
-                _arm(patch)
-                reason = "armed: applies when torchmetrics is imported"
-                if not catalogue.installed():
-                    reason = "torchmetrics is not installed; armed in case it is imported later"
-                _rows[name] = (State.PENDING, reason)
+        with _engine.batch():
+            for name in selected:
+                if _is_applied(name) or name in _pending:
+                    continue
+                patch = catalogue.load(name)
+                if all(target.module in sys.modules for target in patch.targets):
+                    _install(patch, sweep=True)
+                else:
+                    _arm(patch)
+                    reason = "armed: applies when torchmetrics is imported"
+                    if not catalogue.installed():
+                        reason = "torchmetrics is not installed; armed in case it is imported later"
+                    _rows[name] = (State.PENDING, reason)
         report = status()
     if strict:
         problems = [row for row in report if row.name in selected and row.state in State.PROBLEMS]
@@ -244,7 +245,7 @@ def revert(patches: Names = None) -> Report:
     row's reason says so. ``apply()`` works again afterwards.
     """
     chosen = _names(patches, "patches")
-    with _engine.lock:
+    with _engine.lock, _engine.batch():
         for name in catalogue.NAMES:
             if chosen is not None and name not in chosen:
                 continue

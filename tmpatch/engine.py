@@ -19,6 +19,8 @@ the same wrapper object and no second layer is ever stacked.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import sys
 import threading
@@ -136,27 +138,107 @@ def _functions_of(module: types.ModuleType) -> Iterator[types.FunctionType]:
                     yield member
 
 
-def find_references(old: Dict[int, Any], scope: str) -> Iterator[Place]:
+def _sweepable(module_name: str, module: Any) -> Optional[Dict[str, Any]]:
+    """The namespace of a loaded module to look through (None for tmpatch and oddities)."""
+    if module is None or module_name == "tmpatch" or module_name.startswith("tmpatch."):
+        return None
+    namespace = getattr(module, "__dict__", None)
+    return namespace if type(namespace) is dict else None
+
+
+def _in_scope(module_name: str, scope: str) -> bool:
+    return module_name == scope or module_name.startswith(scope + ".")
+
+
+def _default_places(module: types.ModuleType) -> Iterator[Tuple[Any, Place]]:
+    """``(value, place)`` for each default argument of the functions of ``module``."""
+    for func in _functions_of(module):
+        for index, value in enumerate(func.__defaults__ or ()):
+            yield value, Place("defaults", func, index)
+        for kw, value in (func.__kwdefaults__ or {}).items():
+            yield value, Place("kwdefaults", func, kw)
+
+
+class _Index:
+    """One look through ``sys.modules`` per scope, shared by the sweeps of one
+    :meth:`Engine.batch`: ``id(value)`` -> where it was held. Modules imported since are
+    added at the next lookup, and each place is checked against its current value."""
+
+    def __init__(self) -> None:
+        self._scopes: Dict[str, Tuple[Dict[str, Any], Dict[int, Any]]] = {}
+
+    @staticmethod
+    def _note(places: Dict[int, Any], value: Any, entry: Tuple[str, Any, Any]) -> None:
+        key = id(value)
+        found = places.get(key)
+        if found is None:
+            places[key] = entry  # one holder, the common case: no list
+        elif type(found) is list:
+            found.append(entry)
+        else:
+            places[key] = [found, entry]
+
+    def _add(self, module_name: str, module: Any, scope: str, places: Dict[int, Any]) -> None:
+        namespace = _sweepable(module_name, module)
+        if namespace is None:
+            return
+        note = self._note
+        for attr, value in list(namespace.items()):
+            note(places, value, ("attr", module, attr))
+        if _in_scope(module_name, scope):
+            for value, place in _default_places(module):
+                note(places, value, (place.kind, place.holder, place.slot))
+
+    def find(self, old: Dict[int, Any], scope: str) -> Iterator[Place]:
+        indexed, places = self._scopes.setdefault(scope, ({}, {}))
+        collecting = gc.isenabled()
+        gc.disable()  # tens of thousands of small tuples: the collector would triple the cost
+        try:
+            for module_name, module in list(sys.modules.items()):
+                if indexed.get(module_name) is not module:
+                    indexed[module_name] = module
+                    self._add(module_name, module, scope, places)
+        finally:
+            if collecting:
+                gc.enable()
+        seen = set()
+        for key, obj in old.items():
+            found = places.get(key)
+            if found is None:
+                continue
+            for kind, holder, slot in (found if type(found) is list else (found,)):
+                mark = (id(holder), kind, slot)
+                if mark in seen:
+                    continue
+                place = Place(kind, holder, slot)
+                try:
+                    current = place.get()
+                except Exception:  # noqa: BLE001 - the holder changed since it was indexed
+                    continue
+                if current is obj:
+                    seen.add(mark)
+                    yield place
+
+
+def find_references(old: Dict[int, Any], scope: str, index: Optional[_Index] = None) -> Iterator[Place]:
     """Every module attribute, and every default argument of a function in a
-    module under ``scope``, that holds one of ``old`` (keyed by ``id``)."""
+    module under ``scope``, that holds one of ``old`` (keyed by ``id``).
+    With ``index``, the look through ``sys.modules`` is shared with other calls."""
+    if index is not None:
+        yield from index.find(old, scope)
+        return
+
     for module_name, module in list(sys.modules.items()):
-        if module is None or module_name == "tmpatch" or module_name.startswith("tmpatch."):
-            continue
-        namespace = getattr(module, "__dict__", None)
-        if type(namespace) is not dict:
+        namespace = _sweepable(module_name, module)
+        if namespace is None:
             continue
         for attr, value in list(namespace.items()):
             if id(value) in old and old[id(value)] is value:
                 yield Place("attr", module, attr)
-        if module_name == scope or module_name.startswith(scope + "."):
-            for func in _functions_of(module):
-                defaults = func.__defaults__ or ()
-                for index, value in enumerate(defaults):
-                    if id(value) in old and old[id(value)] is value:
-                        yield Place("defaults", func, index)
-                for kw, value in (func.__kwdefaults__ or {}).items():
-                    if id(value) in old and old[id(value)] is value:
-                        yield Place("kwdefaults", func, kw)
+        if _in_scope(module_name, scope):
+            for value, place in _default_places(module):
+                if id(value) in old and old[id(value)] is value:
+                    yield place
 
 
 class Engine:
@@ -166,6 +248,20 @@ class Engine:
         self.lock = threading.RLock()
         self._layers: Dict[Key, Layer] = {}
         self._hooks: Dict[str, Callable[[types.ModuleType], None]] = {}
+        self._index: Optional[_Index] = None
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Installs and removes in the block share one look through ``sys.modules``
+        (one sweep costs tens of milliseconds with torch loaded). Hold ``lock``."""
+        if self._index is not None:  # nested: the outer batch's index serves
+            yield
+            return
+        self._index = _Index()
+        try:
+            yield
+        finally:
+            self._index = None
 
     # -- layers -----------------------------------------------------------
     def layer(self, key: Key) -> Optional[Layer]:
@@ -204,7 +300,7 @@ class Engine:
             layer.wrapper = self._wrap(layer, replacement, method)
         places: List[Place] = [Place("attr", owner, attr)]
         if sweep and not method:
-            places += [p for p in find_references({id(layer.original): layer.original}, scope)
+            places += [p for p in find_references({id(layer.original): layer.original}, scope, self._index)
                        if not (p.kind == "attr" and p.holder is owner and p.slot == attr)]
         done: List[Place] = []
         try:
@@ -247,7 +343,7 @@ class Engine:
         notes: List[str] = []
         places = list(layer.places)
         known = {(id(p.holder), p.kind, p.slot) for p in places}
-        for place in find_references({id(layer.wrapper): layer.wrapper}, scope):
+        for place in find_references({id(layer.wrapper): layer.wrapper}, scope, self._index):
             if (id(place.holder), place.kind, place.slot) not in known:
                 places.append(place)
         for place in places:

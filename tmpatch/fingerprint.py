@@ -13,7 +13,7 @@ import io
 import sys
 import textwrap
 import tokenize
-from typing import Callable, List, Set
+from typing import Callable, Dict, List, Set, Tuple
 
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _MARKERS = {tokenize.INDENT: "<in>", tokenize.DEDENT: "<out>", tokenize.NEWLINE: "<nl>"}
@@ -64,9 +64,18 @@ def _digest(parts: List[str]) -> str:
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
 
 
+_memo: Dict[int, Tuple[Callable, str]] = {}  # id(func) -> (func, fingerprint); func kept alive
+
+
 def fingerprint(func: Callable) -> str:
-    """A short stable hash of ``func``'s code (see the module docstring)."""
-    return _digest(tokens(func))
+    """A short stable hash of ``func``'s code (see the module docstring); remembered per
+    function object, since reading and tokenizing its source is the costly part of apply()."""
+    known = _memo.get(id(func))
+    if known is not None and known[0] is func:
+        return known[1]
+    digest = _digest(tokens(func))
+    _memo[id(func)] = (func, digest)
+    return digest
 
 
 def source_fingerprint(source: str) -> str:
