@@ -1,88 +1,119 @@
-"""Host time per call, patched against unpatched, on the CPU, in one run.
+"""Host time per call, patched against unpatched, on the CPU, with a noise floor.
 
     python benchmarks/overhead.py                  # releases 1.4.0, 1.6.1, 1.9.0 from .matrix/
     python benchmarks/overhead.py --release 1.4.0  # one
     python benchmarks/overhead.py --here           # the torchmetrics on the path
+    python benchmarks/overhead.py --case MeanMetric --rounds 21   # a subset, quicker
 
-For each release a child process times, in alternating blocks, the release's
-own code and tmpatch's (apply/revert between blocks), and reports the median
-time per call and the ratio patched/unpatched (goal: <= 1.05). Writes nothing
-but stdout; benchmarks/overhead.txt holds the last recorded run (it absorbed the
-former aggregation_update.py: the aggregator cases apply the patches named).
+Method. For each release a child process (1 torch thread) runs many short
+*rounds*. A round has three *sides* in rotating order: unpatched (U), patched
+(P) and unpatched again (N). Every side starts with ``tmpatch.revert()``; P
+then calls ``tmpatch.apply(patches)``. Each side rebuilds its metrics
+(torchmetrics binds ``update`` when a metric is built), warms up, and times
+``--repeat`` blocks of ``--number`` calls per case; the side's figure is the
+fastest block. Per round the ratios P/U and N/U are taken; the table gives
+their median and interquartile range over the rounds. N/U compares the same
+code by the same procedure: the *null row*, the noise floor of the machine.
+A P/U ratio means something only where its IQR is clear of the null's.
+
+Why so: on a shared machine the load drifts over seconds, so a ratio of two
+long runs reads +-20% (a former null comparison read 1.215). Sides a few
+milliseconds apart see the same load, and their ratio cancels it. The clock is
+``time.thread_time`` (CPU time of this thread): torch runs its one intra-op
+thread on the caller, so it counts all of the call's work, but not the time the
+thread waits while another process holds the core, the largest disturbance
+here (``--timer perf`` for wall time). The fastest of a few blocks drops blocks
+hit by an interrupt or a cache flush. The garbage collector is off in a block.
+Writes nothing but stdout; benchmarks/overhead.txt holds the last recorded run.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASES = ("1.4.0", "1.6.1", "1.9.0")
+TIMERS: Dict[str, Callable[[], int]] = {"thread": time.thread_time_ns, "perf": time.perf_counter_ns}
+AGGREGATION = ("mean_default_weight", "nan_check")
 
-
-def _per_call(fn: Callable[[], object], number: int) -> float:
-    start = time.perf_counter()
-    for _ in range(number):
-        fn()
-    return (time.perf_counter() - start) / number
-
-
-Case = Tuple[str, Optional[List[str]], Callable[[], Callable[[], object]]]
+Call = Callable[[], object]
+#: (name, patches applied for it (None: all), factory of a zero-argument call)
+Case = Tuple[str, Optional[Tuple[str, ...]], Callable[[], Call]]
 
 
 def _cases() -> List[Case]:
-    """(name, patches applied for it (None: all), factory of a zero-argument call).
-
-    The factory runs after apply/revert, so metrics get that state's methods.
-    """
+    """The cases; a factory runs after apply/revert, so metrics get that state's methods."""
     import torch
     from torchmetrics import MeanMetric, SumMetric
     from torchmetrics.classification import MulticlassAccuracy
     from torchmetrics.utilities import compute
 
     num, denom = torch.rand(10), torch.tensor([0.0, 1.0] * 5)
-    loss, batch, weights = torch.tensor(0.25), torch.rand(256), torch.rand(256)
+    loss, weight = torch.tensor(0.25), torch.tensor(32.0)
+    batch, weights = torch.rand(1000), torch.rand(1000)
     preds, target = torch.randint(0, 10, (64,)), torch.randint(0, 10, (64,))
 
-    def safe_divide():
+    def safe_divide() -> Call:
         fn = compute._safe_divide
         return lambda: fn(num, denom)
 
-    def update(cls: type, *args: object) -> Callable[[], Callable[[], object]]:
-        def factory():
+    def update(cls: type, *args: object) -> Callable[[], Call]:
+        def factory() -> Call:
             metric = cls()
             return lambda: metric.update(*args)
 
         return factory
 
-    def accuracy():
+    def accuracy() -> Call:
         metric = MulticlassAccuracy(num_classes=10, validate_args=False)
 
-        def step():
+        def step() -> object:
             metric.update(preds, target)
             return metric.compute()
 
         return step
 
-    mean = ["mean_default_weight", "nan_check"]
     return [
-        ("_safe_divide", ["safe_divide"], safe_divide),
-        ("MeanMetric.update(loss 0-d)", mean, update(MeanMetric, loss)),
-        ("MeanMetric.update(x[256])", mean, update(MeanMetric, batch)),
-        ("MeanMetric.update(x[256], w[256])", mean, update(MeanMetric, batch, weights)),
-        ("MeanMetric.update(0.5)", mean, update(MeanMetric, 0.5)),
-        ("SumMetric.update(loss 0-d)", ["nan_check"], update(SumMetric, loss)),
-        ("SumMetric.update(x[256])", ["nan_check"], update(SumMetric, batch)),
-        ("MulticlassAccuracy update+compute", ["safe_divide"], accuracy),
+        ("MeanMetric.update(loss 0-d)", AGGREGATION, update(MeanMetric, loss)),
+        ("MeanMetric.update(x[1000])", AGGREGATION, update(MeanMetric, batch)),
+        ("MeanMetric.update(loss 0-d, w 0-d)", AGGREGATION, update(MeanMetric, loss, weight)),
+        ("MeanMetric.update(x[1000], w[1000])", AGGREGATION, update(MeanMetric, batch, weights)),
+        ("MeanMetric.update(0.5)", AGGREGATION, update(MeanMetric, 0.5)),
+        ("SumMetric.update(loss 0-d)", AGGREGATION, update(SumMetric, loss)),
+        ("SumMetric.update(x[1000])", AGGREGATION, update(SumMetric, batch)),
+        ("_safe_divide", ("safe_divide",), safe_divide),
+        ("MulticlassAccuracy update+compute", ("safe_divide",), accuracy),
         ("MulticlassAccuracy update+compute", None, accuracy),
     ]
 
 
-def measure(blocks: int, number: int) -> List[str]:
+def _fastest_block(call: Call, number: int, repeat: int, clock: Callable[[], int]) -> float:
+    """Seconds per call in the fastest of ``repeat`` blocks of ``number`` calls."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.disable()
+        try:
+            start = clock()
+            for _ in range(number):
+                call()
+            best = min(best, clock() - start)
+        finally:
+            gc.enable()
+    return best / number / 1e9
+
+
+def _quartiles(values: Sequence[float]) -> Tuple[float, float, float]:
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, median, q3
+
+
+def measure(rounds: int, number: int, repeat: int, timer: str, select: Sequence[str] = ()) -> List[str]:
     import warnings
 
     import torch
@@ -92,20 +123,39 @@ def measure(blocks: int, number: int) -> List[str]:
 
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
-    lines = [f"torchmetrics {torchmetrics.__version__}, torch {torch.__version__}, CPU, 1 thread, "
-             f"{blocks} blocks x {number} calls"]
-    for name, patches, factory in _cases():
-        times: Dict[bool, List[float]] = {False: [], True: []}
-        for block in range(blocks * 2):
-            patched = block % 2 == 1
-            tmpatch.apply(patches) if patched else tmpatch.revert()
-            call = factory()
-            _per_call(call, max(1, number // 10))  # warm-up
-            times[patched].append(_per_call(call, number))
+    clock = TIMERS[timer]
+    cases = [c for c in _cases() if not select or any(s in c[0] for s in select)]
+    groups: Dict[Optional[Tuple[str, ...]], List[int]] = {}
+    for index, (_, patches, _) in enumerate(cases):
+        groups.setdefault(patches, []).append(index)
+    # times[case][side]: per round, seconds per call; sides U (unpatched), P (patched), N (unpatched again)
+    times: List[Dict[str, List[float]]] = [{"U": [], "P": [], "N": []} for _ in cases]
+    orders = ("UPN", "PNU", "NUP", "UNP", "NPU", "PUN")  # each side in each position, each pair both ways
+    for patches, members in groups.items():
+        for index in range(rounds):
+            for side in orders[index % len(orders)]:
+                tmpatch.revert()
+                if side == "P":
+                    tmpatch.apply(list(patches) if patches is not None else None)
+                calls = [cases[i][2]() for i in members]
+                for i, call in zip(members, calls):
+                    _fastest_block(call, max(1, number // 5), 1, clock)  # warm-up
+                    times[i][side].append(_fastest_block(call, number, repeat, clock))
+                del calls
         tmpatch.revert()
-        before, after = statistics.median(times[False]), statistics.median(times[True])
-        lines.append(f"  {name:36s} unpatched {before * 1e6:8.2f} us  patched {after * 1e6:8.2f} us  "
-                     f"ratio {after / before:5.3f}  ({', '.join(patches) if patches else 'all patches'})")
+    header = (f"torchmetrics {torchmetrics.__version__}, torch {torch.__version__}, CPU, 1 thread, "
+              f"clock {timer}, {rounds} rounds x fastest of {repeat} blocks x {number} calls")
+    lines = [header,
+             f"  {'case':36s} {'unpatched':>9s} {'patched':>9s}   {'ratio P/U  [IQR]':22s}  "
+             f"{'null N/U  [IQR]':22s}  patches"]
+    for (name, patches, _), got in zip(cases, times):
+        ratio = _quartiles([p / u for p, u in zip(got["P"], got["U"])])
+        null = _quartiles([n / u for n, u in zip(got["N"], got["U"])])
+        lines.append(
+            f"  {name:36s} {statistics.median(got['U']) * 1e6:6.2f} us {statistics.median(got['P']) * 1e6:6.2f} us"
+            f"   {ratio[1]:5.3f} [{ratio[0]:5.3f}-{ratio[2]:5.3f}]  {null[1]:5.3f} [{null[0]:5.3f}-{null[2]:5.3f}]"
+            f"  {', '.join(patches) if patches else 'all'}"
+        )
     states = tmpatch.apply().states()
     tmpatch.revert()
     lines.append("  patches: " + ", ".join(f"{k}={v}" for k, v in states.items()))
@@ -116,11 +166,17 @@ def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--release", action="append", help="torchmetrics release(s) in .matrix/")
     parser.add_argument("--here", action="store_true", help="measure the torchmetrics on the path")
-    parser.add_argument("--blocks", type=int, default=7)
-    parser.add_argument("--number", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=60, help="rounds (each: unpatched, patched, unpatched)")
+    parser.add_argument("--number", type=int, default=50, help="calls per timed block")
+    parser.add_argument("--repeat", type=int, default=5, help="blocks per side and round; the fastest counts")
+    parser.add_argument("--timer", choices=sorted(TIMERS), default="thread")
+    parser.add_argument("--case", action="append", default=[], help="only cases whose name contains this")
     args = parser.parse_args(argv)
+    options = ["--rounds", str(args.rounds), "--number", str(args.number), "--repeat", str(args.repeat),
+               "--timer", args.timer] + [f"--case={c}" for c in args.case]
     if args.here:
-        sys.stdout.write("\n".join(measure(args.blocks, args.number)) + "\n")
+        lines = measure(args.rounds, args.number, args.repeat, args.timer, args.case)
+        sys.stdout.write("\n".join(lines) + "\n")
         return 0
     for release in args.release or RELEASES:
         folder = os.path.join(ROOT, ".matrix", release)
@@ -129,8 +185,8 @@ def main(argv: List[str]) -> int:
                             f"torchmetrics=={release}"], check=True)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([folder, ROOT]), OMP_NUM_THREADS="1")
         env.pop("TMPATCH", None)
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--here", "--blocks", str(args.blocks),
-                        "--number", str(args.number)], env=env, check=True)
+        sys.stdout.flush()
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--here"] + options, env=env, check=True)
     return 0
 
 
