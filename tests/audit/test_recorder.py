@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from tmpatch.audit import SyncKind, audit, classify
+from tmpatch.deferred import AUDIT_TAG
 
 from tests.audit.helpers import marked_line
 
@@ -258,3 +259,16 @@ def test_classify_on_plain_meta_arguments():
     cpu = torch.empty(3)
     assert classify(aten._local_scalar_dense.default, (cpu,), {}) is None
     assert classify(aten.nonzero.default, (cpu,), {}) is None
+
+
+def test_a_deferred_record_reads_as_zero_other_integers_as_one():
+    from tmpatch.audit import audit
+
+    def reads():
+        counter = torch.ones((), dtype=torch.int64, device="cuda")
+        record = torch.ones((), dtype=torch.int64, device="cuda")
+        setattr(record, AUDIT_TAG, True)
+        return int(counter), int(record)
+
+    report = audit(reads, real=False)
+    assert report.result == (1, 0) and report.count == 2

@@ -20,7 +20,8 @@ Not syncs: CPU 0-d tensors as operands (passed to kernels as scalars), factories
 Continuation (the fake mode cannot know values, so the audit picks plausible ones and
 goes on): a scalar read returns ``True`` for the result of ``all()`` and ``False`` for
 other booleans (every check passes: "no NaN", "all in range"), ``1``/``1.0`` for
-numbers (no division by zero), ``True`` for ``equal``; a data-dependent dimension is the
+numbers (no division by zero), ``0`` for the count of a tmpatch deferred record (nothing
+to report), ``True`` for ``equal``; a data-dependent dimension is the
 largest it can be (``nonzero``/``masked_select``/boolean index/``unique``: every element
 kept; ``repeat_interleave``: one repeat each); ``bincount`` has ``minlength`` bins, or one
 per input element when ``minlength`` is 0.
@@ -38,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tmpatch.audit.locate import locate
 from tmpatch.audit.report import SyncKind, SyncPoint
+from tmpatch.deferred import AUDIT_TAG
 
 log = logging.getLogger("tmpatch")
 aten = torch.ops.aten
@@ -141,6 +143,8 @@ def from_all(t: torch.Tensor) -> bool:
 
 def plausible_scalar(t: torch.Tensor, from_all: bool) -> Any:
     """The value a simulated scalar read returns (see the module docstring)."""
+    if getattr(t, AUDIT_TAG, False):
+        return 0  # a tmpatch deferred record: nothing to report
     if t.dtype is torch.bool:
         return bool(from_all)
     if t.dtype.is_complex:
