@@ -28,13 +28,15 @@ def run(metric, updates):
 
 
 @st.composite
-def updates(draw):
+def updates(draw, nan: bool = True):
+    pool = VALUES if nan else [v for v in VALUES if v == v]
+
     def value():
         if draw(st.booleans()):
-            return draw(st.sampled_from(VALUES + [2, True]))
+            return draw(st.sampled_from(pool + [2, True]))
         dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.float16, torch.int64]))
         n = draw(st.integers(0, 4))
-        values = [draw(st.sampled_from(VALUES[:5] if dtype == torch.int64 else VALUES)) for _ in range(n)]
+        values = [draw(st.sampled_from(VALUES[:5] if dtype == torch.int64 else pool)) for _ in range(n)]
         tensor = torch.tensor(values, dtype=torch.float64)
         return tensor.to(dtype) if dtype != torch.int64 else tensor.clamp(-5, 5).to(dtype)
 
@@ -66,6 +68,66 @@ def test_results_are_bitwise_the_releases(sequence, nan_strategy):
             run(patched, copies)
         return
     assert_bitwise(run(patched, copies), expected)
+
+
+def _outcome(metric, sequence):
+    try:
+        return run(metric, sequence)
+    except (RuntimeError, ValueError) as exc:
+        return type(exc)
+
+
+@settings(max_examples=80, deadline=None)
+@given(updates(nan=False), st.sampled_from(["warn", "ignore", "error", 0.0]))
+def test_with_nan_check_nan_free_results_are_bitwise_the_releases(sequence, nan_strategy):
+    """Both patches (the update body run by the replacement, the check by nan_check)."""
+    upstream = MeanMetric(nan_strategy=nan_strategy)
+    tmpatch.apply(["mean_default_weight", "nan_check"])
+    patched = MeanMetric(nan_strategy=nan_strategy)
+    copies = [tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args) for args in sequence]
+    assert_bitwise(run(patched, copies), run(upstream, sequence))
+
+
+@settings(max_examples=80, deadline=None)
+@given(updates(), st.sampled_from(["warn", "ignore", "error", 0.0]))
+def test_with_nan_check_results_are_nan_checks_alone(sequence, nan_strategy):
+    """With NaN too: the replacement's body changes nothing that nan_check decides."""
+    tmpatch.apply(["nan_check"])
+    alone = MeanMetric(nan_strategy=nan_strategy)  # the release's update, nan_check's check
+    tmpatch.apply(["mean_default_weight", "nan_check"])
+    both = MeanMetric(nan_strategy=nan_strategy)
+    copies = [tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args) for args in sequence]
+    expected, actual = _outcome(alone, sequence), _outcome(both, copies)
+    if isinstance(expected, type):
+        assert actual is expected
+    else:
+        assert_bitwise(actual, expected)
+
+
+@pytest.mark.parametrize("nan_strategy", [0.0, "warn"])
+def test_with_nan_check_callers_tensors_are_not_written_into(nan_strategy):
+    tmpatch.apply(["mean_default_weight", "nan_check"])
+    value, weight = torch.tensor([1.0, float("nan"), 3.0]), torch.tensor([2.0, 1.0, float("nan")])
+    before = (value.clone(), weight.clone())
+    run(MeanMetric(nan_strategy=nan_strategy), [(value, weight), (value,), (value[0], weight[0])])
+    assert_bitwise(value, before[0])
+    assert_bitwise(weight, before[1])
+
+
+def test_a_class_with_its_own_setattr_gets_the_releases_update():
+    seen = []
+
+    class Logged(MeanMetric):
+        def __setattr__(self, name, value):
+            seen.append(name)
+            super().__setattr__(name, value)
+
+    tmpatch.apply(["mean_default_weight"])
+    metric = Logged()
+    seen.clear()
+    metric.update(torch.tensor([1.0, 3.0]), torch.tensor([1.0, 3.0]))
+    assert "weight" in seen and ("mean_value" in seen or "value" in seen)  # "value" on 1.0.0
+    assert metric.compute().item() == 2.5
 
 
 def test_metrics_built_while_patched_pass_through_after_revert():
