@@ -108,6 +108,7 @@ def _classifier(module: ModuleType) -> Callable[[type], Optional[str]]:
             found = cache[cls] = table.get((owner(cls, "update"), owner(cls, "compute")))  # type: ignore[arg-type]
             return found
 
+    kind.cache = cache  # type: ignore[attr-defined]  # read directly on the hot path
     return kind
 
 
@@ -192,19 +193,20 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             elif amount is not None or nan.any():  # eager, or built before apply(): a sync, as upstream
                 _report_now(strategy, texts)
 
+        fills: Dict[str, Dict[Any, Any]] = {kind: {} for kind in _NEUTRAL}  # kind -> dtype -> neutral const
+
         def check(metric: Any, kind: str, strategy: Any, x: Any, weight: Any) -> Tuple[Any, Any]:
             """The body: ``x`` and ``weight`` (or None) are tensors of the output dtype.
 
             The second result is the weight; Sum/Max/Min/Cat discard it, and get ``x``."""
-            dtype = x.dtype
             if weight is None:
                 nan = x != x  # isnan, in one kernel
             else:
                 both = maximum(x, weight)  # NaN exactly where either is (maximum propagates NaN)
                 nan = both != both
             if strategy.__class__ is not str:  # a float: impute; an imputed element gets weight 1
-                x = where(nan, const(dtype, strategy), x)
-                return x, (x if weight is None else where(nan, const(dtype, 1.0), weight))
+                x = where(nan, const(x.dtype, strategy), x)
+                return x, (x if weight is None else where(nan, const(x.dtype, 1.0), weight))
             if kind == "cat":
                 if nan.any():  # the inherent sync: CatMetric's output shape depends on the data
                     if strategy != "ignore":
@@ -219,14 +221,18 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     states[record] = states[record] + nan.count_nonzero()
                 else:
                     note(metric, strategy, nan)
-            fill = constants.get((dtype, _NEUTRAL[kind]))  # const(), inlined
-            x = where(nan, const(dtype, _NEUTRAL[kind]) if fill is None else fill, x)
+            dtype = x.dtype
+            fill = fills[kind].get(dtype)
+            if fill is None:
+                fill = const(dtype, _NEUTRAL[kind])
+                if (dtype, _NEUTRAL[kind]) in constants:  # const() kept it: so may this
+                    fills[kind][dtype] = fill
+            x = where(nan, fill, x)
             if weight is None:
                 return x, x
             if kind != "mean":
                 return x, weight
-            zero = constants.get((dtype, 0.0))
-            return x, where(nan, const(dtype, 0.0) if zero is None else zero, weight)
+            return x, where(nan, fill, weight)  # the neutral value of "mean" is 0.0, a weight of 0
 
         if release.one_argument:
             # 1.0.0: ``(self, x)``; MeanMetric.update calls it for the value, then for the weight
@@ -258,11 +264,16 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
 
             return _cast_and_nan_check_input_1_0_0
 
+        kinds = kind_of.cache  # type: ignore[attr-defined]
+        metric_dtype = release.metric_dtype
+
         def _cast_and_nan_check_input(original: Callable, self: Any, x: Any, weight: Any = None) -> Any:
-            kind = handled(self)
-            if kind is None:
+            cls = self.__class__
+            kind = kinds[cls] if cls in kinds else kind_of(cls)  # handled(), inlined
+            strategy = self.nan_strategy
+            if kind is None or not (strategy in strings if strategy.__class__ is str else isinstance(strategy, float)):
                 return original(self, x, weight)
-            dtype = self.dtype if release.metric_dtype else float32
+            dtype = self.dtype if metric_dtype else float32
             if not isinstance(x, Tensor):
                 x = tensor(x, dtype, self.device)
             elif x.dtype != dtype:
@@ -272,7 +283,6 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     weight = tensor(weight, dtype, self.device)
                 elif weight.dtype != dtype:
                     weight = weight.to(dtype)
-            strategy = self.nan_strategy
             if strategy == "disable":  # 1.6.2+: no check; a user-supplied weight is kept (#3434)
                 return x, (ones_like(x) if weight is None else weight)
             return check(self, kind, strategy, x, weight)
