@@ -14,7 +14,9 @@ then calls ``tmpatch.apply(patches)``. Each side rebuilds its metrics
 fastest block. Per round the ratios P/U and N/U are taken; the table gives
 their median and interquartile range over the rounds. N/U compares the same
 code by the same procedure: the *null row*, the noise floor of the machine.
-A P/U ratio means something only where its IQR is clear of the null's.
+A P/U ratio means something only where its IQR is clear of the null's. The
+unpatched/patched columns are medians over rounds of each side alone: under a
+drifting load they need not divide to the ratio, which is the figure to read.
 
 Why so: on a shared machine the load drifts over seconds, so a ratio of two
 long runs reads +-20% (a former null comparison read 1.215). Sides a few
@@ -146,13 +148,13 @@ def measure(rounds: int, number: int, repeat: int, timer: str, select: Sequence[
     header = (f"torchmetrics {torchmetrics.__version__}, torch {torch.__version__}, CPU, 1 thread, "
               f"clock {timer}, {rounds} rounds x fastest of {repeat} blocks x {number} calls")
     lines = [header,
-             f"  {'case':36s} {'unpatched':>9s} {'patched':>9s}   {'ratio P/U  [IQR]':22s}  "
+             f"  {'case':36s} {'unpatched':>10s} {'patched':>10s}   {'ratio P/U  [IQR]':22s}  "
              f"{'null N/U  [IQR]':22s}  patches"]
     for (name, patches, _), got in zip(cases, times):
         ratio = _quartiles([p / u for p, u in zip(got["P"], got["U"])])
         null = _quartiles([n / u for n, u in zip(got["N"], got["U"])])
         lines.append(
-            f"  {name:36s} {statistics.median(got['U']) * 1e6:6.2f} us {statistics.median(got['P']) * 1e6:6.2f} us"
+            f"  {name:36s} {statistics.median(got['U']) * 1e6:7.2f} us {statistics.median(got['P']) * 1e6:7.2f} us"
             f"   {ratio[1]:5.3f} [{ratio[0]:5.3f}-{ratio[2]:5.3f}]  {null[1]:5.3f} [{null[0]:5.3f}-{null[2]:5.3f}]"
             f"  {', '.join(patches) if patches else 'all'}"
         )
