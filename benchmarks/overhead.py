@@ -19,13 +19,15 @@ unpatched/patched columns are medians over rounds of each side alone: under a
 drifting load they need not divide to the ratio, which is the figure to read.
 
 Why so: on a shared machine the load drifts over seconds, so a ratio of two
-long runs reads +-20% (a former null comparison read 1.215). Sides a few
-milliseconds apart see the same load, and their ratio cancels it. The clock is
+long runs reads +-20% (a former null comparison read 1.215). Sides a fraction
+of a second apart see nearly the same load, and their ratio cancels most of it. The clock is
 ``time.thread_time`` (CPU time of this thread): torch runs its one intra-op
 thread on the caller, so it counts all of the call's work, but not the time the
-thread waits while another process holds the core, the largest disturbance
-here (``--timer perf`` for wall time). The fastest of a few blocks drops blocks
-hit by an interrupt or a cache flush. The garbage collector is off in a block.
+thread waits while another process holds the core: under heavy contention the
+wall clock's null IQR reached +-30%, the thread clock's stayed within +-10%
+(``--timer perf`` for wall time; overhead.txt compares them). The fastest of a
+few blocks drops blocks hit by an interrupt or a cache flush. The garbage
+collector is off in a block.
 Writes nothing but stdout; benchmarks/overhead.txt holds the last recorded run.
 """
 from __future__ import annotations
@@ -174,6 +176,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--timer", choices=sorted(TIMERS), default="thread")
     parser.add_argument("--case", action="append", default=[], help="only cases whose name contains this")
     args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds: at least 2 (quartiles of the per-round ratios)")
     options = ["--rounds", str(args.rounds), "--number", str(args.number), "--repeat", str(args.repeat),
                "--timer", args.timer] + [f"--case={c}" for c in args.case]
     if args.here:
