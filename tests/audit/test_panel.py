@@ -37,8 +37,17 @@ def _applied(panel, name):
 
 
 def _upstream_cannot_run(row) -> bool:
-    """torchmetrics 1.6.1 raises for top_k > 1 with samplewise multidim input (``_refine_preds_oh``)."""
-    return release_in("==1.6.1") and "top_k=2, samplewise" in row.name
+    """Whether the release itself raises for the row's call on the CPU (torchmetrics 1.6.1-1.6.x:
+    ``top_k > 1`` with samplewise multidim input fails in ``_refine_preds_oh``)."""
+    if "samplewise" not in row.name:
+        return False
+    tmpatch.revert()
+    try:
+        for metric, args, kwargs in panel_module.find_row(row.name).build():
+            metric.update(*args, **kwargs)
+    except RuntimeError:
+        return True
+    return False
 
 
 def test_every_row_ran(panel):

@@ -82,8 +82,10 @@ LABELS: Tuple[Label, ...] = (
           patch="bincount"),
     Label(VALIDATION, "input validation (validate_args=True)",
           function=r"_\w*(validation|validate\w*|_check\w*)|_check_same_shape"),
-    Label(UPSTREAM, "the release's formatter reads the values to decide on a sigmoid (fixed upstream in 1.6.1); "
-          "see the logits_check patch", function=r"_(binary|multilabel)_\w*format\w*", patch="logits_check"),
+    Label(UPSTREAM, "the release's formatter reads the values to decide on a sigmoid or softmax (fixed upstream "
+          "in 1.6.1); see the logits_check patch",
+          function=r"_(binary|multilabel)_\w*format\w*|_multiclass_precision_recall_curve_format",
+          op="aten._local_scalar_dense", patch="logits_check"),
     Label(INHERENT, "deterministic _cumsum falls back to the CPU (torch has no deterministic CUDA cumsum)",
           function="_cumsum", kind=".* copy"),
     Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
