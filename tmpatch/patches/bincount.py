@@ -1,60 +1,95 @@
-"""bincount: ``torchmetrics.utilities.data._bincount`` without a device read, in updates.
+"""bincount: counting updates without ``torch.bincount``'s device read or boolean removals.
 
 Defect: on CUDA, ``torch.bincount`` reads the input's minimum and maximum back
 to the host to size its output (ATen ``_bincount_cuda_template``): two syncs on
-every call, and ``_bincount`` runs on every ``update()`` of a multiclass
-stat-scores metric (Accuracy, Precision, Recall, F1, FBeta, Specificity,
-HammingDistance, NegativePredictiveValue, StatScores) with ``top_k=1``,
-``multidim_average="global"`` and ``average`` other than ``"micro"``. In
-deterministic mode upstream falls back to a for-loop (1.0.0-1.2.0, one
+every call, and ``torchmetrics.utilities.data._bincount`` runs on every
+``update()`` of
+
+* multiclass stat scores (Accuracy, Precision, Recall, F1, FBeta, Specificity,
+  HammingDistance, NegativePredictiveValue, StatScores) with ``top_k=1``,
+  ``multidim_average="global"`` and ``average`` other than ``"micro"``;
+* binary, multiclass and multilabel confusion matrices, and the metrics that
+  inherit their ``update`` (CohenKappa, JaccardIndex, MatthewsCorrCoef);
+* binned precision-recall curves (``thresholds`` given), binary, multiclass and
+  multilabel, and the metrics that inherit their ``update`` (AUROC,
+  AveragePrecision, ROC, EER, LogAUC, PrecisionAtFixedRecall,
+  RecallAtFixedPrecision, SensitivityAtSpecificity, SpecificityAtSensitivity).
+
+In deterministic mode upstream falls back to a for-loop (1.0.0-1.2.0, one
 device write per class) or to an N x minlength mesh (1.2.1-1.9.0), which is
 O(N * minlength) in time and memory. Not fixed upstream (1.9.0 included); see
-DESIGN.md §3.
+DESIGN.md §3. The same updates remove entries with a boolean index (a
+data-dependent shape: one sync each on CUDA): ignored targets in the multiclass
+stat-score update and in the binary/multiclass confusion-matrix and curve
+formatters (with ``ignore_index``), and the negative codes in the multilabel
+confusion-matrix and binned multilabel curve updates (with or without
+``ignore_index``).
 
 Replacement: when ``minlength`` is given and the call happens inside the
-``update()`` of a metric carrying the record (every ``MulticlassStatScores``
-subclass built after ``apply()``), counts go into a fixed-size int64 tensor
-on the input's device with ``scatter_add_``: no host read, no mesh,
-deterministic (integer sums; ``scatter_add_`` of a CUDA tensor is on
+``update()`` of a metric carrying the record (one of the metrics above built
+after ``apply()``; a curve only when binned), counts go into a fixed-size
+int64 tensor on the input's device with ``scatter_add_``: no host read, no
+mesh, deterministic (integer sums; ``scatter_add_`` of a CUDA tensor is on
 torch's deterministic list). Counts are bit-identical to ``torch.bincount``
 for input in ``[0, minlength)``. On the CPU, where reading a value is no
 sync, in-range input goes to ``torch.bincount`` itself (faster than the
 scatter, and deterministic there); only out-of-range input takes the scatter.
 
-Values outside ``[0, minlength)`` are not counted; their number is added to a
-device-side :class:`tmpatch.deferred.Record` (metric state ``_tmpatch_bincount``)
-and ``compute()`` raises a ``RuntimeError`` saying so, once, at the user's
-next explicit ``compute()`` (the record is read in ``Metric.sync_context``,
-after the states are synced across ranks). Upstream instead raises in
-``update()``: ``torch.bincount`` refuses negatives ("bincount only supports
-1-d non-negative integral inputs."), and a value >= minlength makes the output
-longer, so the caller's ``bins.reshape(num_classes, num_classes)`` fails with
-"shape '[C, C]' is invalid for input of size ...". Upstream's input
-validation (``validate_args=True``, itself a sync) counts unique values but
-does not check their range, so such input reaches ``_bincount`` with either
-setting.
+Removals become masks: the removed entries are left out of the counts instead
+(same counts, same dtypes, bit for bit).
 
-``ignore_index``: in the same updates (``top_k=1``, ``multidim_average="global"``),
-``_multiclass_stat_scores_update`` first drops the positions where ``target ==
-ignore_index`` with a boolean index (``preds[idx]``, ``target[idx]``: a
-data-dependent shape, one sync each on CUDA), for ``average="micro"`` too.
-Since the result only feeds counts, the patch masks those positions out of the
-counts instead (same counts, same dtypes, bit for bit); kept values outside the
-range go to the same record. The one-hot branches (``top_k > 1`` or
-``"samplewise"``) already mask without a sync and stay the release's.
+* ``_multiclass_stat_scores_update`` (``top_k=1``, ``"global"``, ``"micro"``
+  included): ``target == ignore_index`` masked. The one-hot branches
+  (``top_k > 1`` or ``"samplewise"``) already mask without a sync.
+* ``_multilabel_confusion_matrix_update`` and the binned
+  ``_multilabel_precision_recall_curve_update``: the negative codes masked.
+* ``ignore_index`` of ``BinaryConfusionMatrix``, ``MulticlassConfusionMatrix``
+  and binned ``Binary/MulticlassPrecisionRecallCurve``: upstream removes in the
+  formatter and counts in the update function, so the class's ``update`` takes a
+  masked path: the release's formatter (looked up at call time, so another
+  patch's layer on it runs) gets every position with ``ignore_index=None``, with
+  ignored ``preds`` set to 0 (and ignored multiclass-curve targets to class 0, for
+  the one-hot), and the counts leave the ignored positions out. Setting ignored ``preds`` to a value in ``[0, 1]``
+  keeps the formatter's "all in [0, 1]?" logits decision to the kept values, as
+  upstream; sigmoid, softmax (per row), argmax and thresholds are per element or
+  row, so kept values are the same bits. Argument forms other than
+  ``update(preds, target)``, shapes the formatter would reject, and
+  ``BinaryPrecisionRecallCurve(normalization="softmax")`` keep the release's path.
 
-Everywhere else the release's own function runs: ``minlength=None``; a
-non-integral or non-1-d input; outside a recorded metric's ``update()``
-(functional API, compute-time callers such as AUROC's weights, confusion
-matrices, Kendall); and under ``tmpatch.settings.policy["bincount"] == "eager"``
+Values outside ``[0, minlength)`` (among the kept ones) are not counted; their
+number is added to a device-side :class:`tmpatch.deferred.Record` (metric state
+``_tmpatch_bincount``) and ``compute()`` raises a ``RuntimeError`` saying so,
+once, at the user's next explicit ``compute()`` (the record is read in
+``Metric.sync_context``, after the states are synced across ranks). Upstream
+instead raises in ``update()``: ``torch.bincount`` refuses negatives ("bincount
+only supports 1-d non-negative integral inputs."), and a value >= minlength
+makes the output longer, so the caller's ``bins.reshape(...)`` fails with
+"shape '[C, C]' is invalid for input of size ...". Upstream's input validation
+(``validate_args=True``, itself a sync) counts unique values but does not check
+their range, so such input reaches ``_bincount`` with either setting.
+
+Everywhere else the release's own code runs: ``minlength=None``; a non-integral
+or non-1-d input; outside a recorded metric's ``update()`` (functional API,
+compute-time callers such as AUROC's weights, calibration errors, Kendall;
+unbinned curves, whose states must follow the data anyway); metrics built
+before ``apply()``; and under ``tmpatch.settings.policy["bincount"] == "eager"``
 (``TMPATCH_BINCOUNT=eager``), which keeps upstream's behaviour exactly.
 
 Deliberate differences: out-of-range values are reported at ``compute()``
 rather than in ``update()``; in deterministic mode upstream's mesh/loop
-silently dropped them, the patch reports them.
+silently dropped them, the patch reports them. Binned binary and multiclass
+curves choose between the vectorised count and the per-threshold loop (over
+50,000 values, resp. 10^6 values x classes) on the batch size before the
+ignored positions are left out, upstream after they are removed: the counts are
+the same integers for valid targets; a binary target outside {0, 1, ignore_index}
+is recorded by the vectorised count and taken as negative by the loop, as
+upstream's two paths do.
 
 Releases: 1.0.0-1.9.0 (four upstream implementations of ``_bincount``, four of
-``_multiclass_stat_scores_update`` whose counting branches are the same).
+``_multiclass_stat_scores_update`` whose counting branches are the same; one to
+three per confusion-matrix and curve ``__init__``/``update``, fingerprinted in
+the table below). The formatters' logits check before 1.6.1 is patch
+``logits_check``'s.
 """
 from __future__ import annotations
 
@@ -62,7 +97,7 @@ import contextlib
 import contextvars
 import logging
 from types import ModuleType
-from typing import Any, Callable, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from tmpatch import deferred, settings
 from tmpatch.spec import Patch, Target, Variant
@@ -79,16 +114,24 @@ _current: "contextvars.ContextVar[Any]" = contextvars.ContextVar("tmpatch_bincou
 CPU_SHORTCUT = True
 
 MESSAGE = (
-    "tmpatch (bincount): {count} value(s) passed to `_bincount` by `update()` since the last `compute()` "
-    "were outside [0, minlength) and were not counted. Without tmpatch `update()` would have raised "
-    "(`torch.bincount` rejects negative values; a value >= minlength makes the confusion matrix the wrong "
-    "size). Check that `preds` and `target` hold class indices in [0, num_classes) (values equal to "
-    "`ignore_index` excepted); TMPATCH_BINCOUNT=eager restores upstream's error in the offending `update()`."
+    "tmpatch (bincount): {count} value(s) that `update()` would have passed to `_bincount` since the last "
+    "`compute()` were outside [0, minlength) and were not counted. Without tmpatch `update()` would have raised "
+    "(`torch.bincount` rejects negative values; a value >= minlength makes the counts the wrong size for the "
+    "metric's confusion matrix). Check that `target` and label `preds` hold valid classes: [0, num_classes) "
+    "for multiclass metrics, 0 or 1 for binary and multilabel ones (values equal to `ignore_index` excepted); "
+    "TMPATCH_BINCOUNT=eager restores upstream's error in the offending `update()`."
 )
 
 
 def _deferred() -> bool:
     return settings.policy.get("bincount", "deferred") == "deferred"
+
+
+def _integral() -> "frozenset[Any]":
+    """The dtypes ``torch.bincount`` takes."""
+    import torch
+
+    return frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 
 
 # -- counting -------------------------------------------------------------------------
@@ -133,9 +176,7 @@ def _counter() -> Callable[..., Any]:
 def _build_bincount(module: ModuleType) -> Callable[..., Any]:
     """Every release: the four implementations differ only in their fallbacks
     (loop or mesh) and in when they take them; the in-range counts are the same."""
-    import torch
-
-    integral = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
+    integral = _integral()
     count = _counter()
 
     def _bincount(original: Callable, x: Any, minlength: Optional[int] = None) -> Any:
@@ -207,9 +248,250 @@ def _build_stat_scores_update(module: ModuleType) -> Callable[..., Any]:
     return _multiclass_stat_scores_update
 
 
+# -- multilabel removals -----------------------------------------------------------------
+def _build_multilabel_confusion_update(module: ModuleType) -> Callable[..., Any]:
+    """``_multilabel_confusion_matrix_update``, every release: it removes the negative
+    codes (ignored entries, which the formatter set to ``-4 * num_labels``) with a
+    boolean index before ``_bincount``, a sync even without ``ignore_index``. Inside a
+    recorded update the same codes are masked out of the counts instead."""
+    import torch
+
+    arange, integral = torch.arange, _integral()
+    count = _counter()
+
+    def _multilabel_confusion_matrix_update(original: Callable, preds: Any, target: Any, num_labels: int) -> Any:
+        metric = _current.get()
+        if metric is None or type(num_labels) is not int or not _deferred():
+            return original(preds, target, num_labels)
+        codes = ((2 * target + preds) + 4 * arange(num_labels, device=preds.device)).flatten()
+        if codes.dtype not in integral:  # float preds left unthresholded: the release's
+            return original(preds, target, num_labels)
+        return count(codes, 4 * num_labels, metric, codes >= 0).reshape(num_labels, 2, 2)
+
+    return _multilabel_confusion_matrix_update
+
+
+def _build_multilabel_curve_update(module: ModuleType) -> Callable[..., Any]:
+    """``_multilabel_precision_recall_curve_update``, every release (two implementations
+    differing in annotations): the binned path removes the negative codes (ignored
+    entries) with a boolean index; inside a recorded update they are masked out of
+    the counts instead. ``thresholds=None`` returns the inputs: the release's."""
+    import torch
+
+    arange = torch.arange
+    count = _counter()
+
+    def _multilabel_precision_recall_curve_update(
+        original: Callable, preds: Any, target: Any, num_labels: int, thresholds: Any
+    ) -> Any:
+        metric = _current.get()
+        if thresholds is None or metric is None or type(num_labels) is not int or not _deferred():
+            return original(preds, target, num_labels, thresholds)
+        len_t = len(thresholds)
+        preds_t = (preds.unsqueeze(-1) >= thresholds.unsqueeze(0).unsqueeze(0)).long()
+        codes = preds_t + 2 * target.long().unsqueeze(-1)
+        codes += 4 * arange(num_labels, device=preds.device).unsqueeze(0).unsqueeze(-1)
+        codes += 4 * num_labels * arange(len_t, device=preds.device)
+        codes = codes.flatten()
+        bins = count(codes, 4 * num_labels * len_t, metric, codes >= 0)
+        return bins.reshape(len_t, num_labels, 2, 2)
+
+    return _multilabel_precision_recall_curve_update
+
+
+# -- ignore_index of binary / multiclass confusion matrices and binned curves ----------------
+# Upstream removes the ignored positions in the *format* function (a boolean index) and
+# counts in the *update* function. The class's ``update`` is replaced here, for these
+# updates only, by the same three steps with the removal turned into a mask: the release's
+# own formatter (module global, so another patch's layer on it is honoured) gets every
+# position with ``ignore_index=None``, and the counts leave the ignored ones out. Ignored
+# ``preds`` are set to 0 first so that the formatter's "all in [0, 1]?" logits decision is
+# taken on the kept values alone, as upstream; ignored targets become 0 where a one-hot
+# needs a valid class. Kept positions go through the same element-wise (or row-wise, for
+# softmax) operations as upstream, so their values, and the counts, are bit for bit the same.
+def _preds_target(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any]]:
+    """``(preds, target)`` of an ``update(preds, target)`` call, or None for any other form."""
+    if len(args) == 2 and not kwargs:
+        return args[0], args[1]
+    merged = dict(zip(("preds", "target"), args), **kwargs)
+    if len(args) <= 2 and len(merged) == len(args) + len(kwargs) and set(merged) == {"preds", "target"}:
+        return merged["preds"], merged["target"]
+    return None
+
+
+def _class_axis(preds: Any, target: Any) -> bool:
+    """Whether ``preds`` is ``target``'s shape with a class axis at 1 (``(N, C, ...)``)."""
+    return preds.dim() == target.dim() + 1 and preds.shape[:1] + preds.shape[2:] == target.shape
+
+
+def _binary_curve_counts(count: Callable[..., Any], metric: Any, preds: Any, target: Any, thresholds: Any,
+                         keep: Any) -> Any:
+    """``_binary_precision_recall_curve_update`` (binned) counting only where ``keep``:
+    the vectorised codes up to 50,000 values, else upstream's per-threshold loop."""
+    import torch
+
+    len_t = len(thresholds)
+    if preds.numel() <= 50_000:
+        preds_t = (preds.unsqueeze(-1) >= thresholds.unsqueeze(0)).long()
+        codes = preds_t + 2 * target.long().unsqueeze(-1) + 4 * torch.arange(len_t, device=target.device)
+        wide = keep.unsqueeze(-1).expand(-1, len_t)
+        return count(codes.flatten(), 4 * len_t, metric, wide.flatten()).reshape(len_t, 2, 2)
+    positive = target == 1
+    pos, neg = positive & keep, ~positive & keep
+    confmat = thresholds.new_empty((len_t, 2, 2), dtype=torch.int64)
+    for i in range(len_t):
+        preds_t = preds >= thresholds[i]
+        confmat[i, 1, 1] = (pos & preds_t).sum()
+        confmat[i, 0, 1] = (neg & preds_t).sum()
+        confmat[i, 1, 0] = (pos & ~preds_t).sum()
+    confmat[:, 0, 0] = keep.sum() - confmat[:, 0, 1] - confmat[:, 1, 0] - confmat[:, 1, 1]
+    return confmat
+
+
+def _multiclass_curve_counts(count: Callable[..., Any], metric: Any, preds: Any, target: Any, num_classes: int,
+                             thresholds: Any, keep: Any) -> Any:
+    """``_multiclass_precision_recall_curve_update`` (binned, not micro) counting only
+    where ``keep``: vectorised codes up to 10^6 values x classes, else upstream's loop."""
+    import torch
+
+    len_t = len(thresholds)
+    target_t = torch.nn.functional.one_hot(target, num_classes=num_classes)
+    if preds.numel() * num_classes <= 1_000_000:
+        preds_t = (preds.unsqueeze(-1) >= thresholds.unsqueeze(0).unsqueeze(0)).long()
+        codes = preds_t + 2 * target_t.long().unsqueeze(-1)
+        codes += 4 * torch.arange(num_classes, device=preds.device).unsqueeze(0).unsqueeze(-1)
+        codes += 4 * num_classes * torch.arange(len_t, device=preds.device)
+        wide = keep.reshape(-1, 1, 1).expand_as(codes)
+        bins = count(codes.flatten(), 4 * num_classes * len_t, metric, wide.flatten())
+        return bins.reshape(len_t, num_classes, 2, 2)
+    positive = target_t.bool()
+    rows = keep.unsqueeze(1)
+    pos, neg = positive & rows, ~positive & rows
+    confmat = thresholds.new_empty((len_t, num_classes, 2, 2), dtype=torch.int64)
+    for i in range(len_t):
+        preds_t = preds >= thresholds[i]
+        confmat[i, :, 1, 1] = (pos & preds_t).sum(dim=0)
+        confmat[i, :, 0, 1] = (neg & preds_t).sum(dim=0)
+        confmat[i, :, 1, 0] = (pos & ~preds_t).sum(dim=0)
+    confmat[:, :, 0, 0] = keep.sum() - confmat[:, :, 0, 1] - confmat[:, :, 1, 0] - confmat[:, :, 1, 1]
+    return confmat
+
+
+Masked = Callable[[Any, Any, Any], bool]
+
+
+def _masked_binary_confusion(module: ModuleType) -> Masked:
+    """``BinaryConfusionMatrix.update`` (every release) with ignore_index, by mask."""
+    import torch
+
+    int64 = torch.int64
+    count = _counter()
+
+    def update(self: Any, preds: Any, target: Any) -> bool:
+        if preds.numel() != target.numel():
+            return False
+        if self.validate_args:
+            module._binary_confusion_matrix_tensor_validation(preds, target, self.ignore_index)
+        preds, target = preds.flatten(), target.flatten()
+        keep = target != self.ignore_index
+        if preds.is_floating_point():
+            preds = preds.masked_fill(~keep, 0)
+        preds, target = module._binary_confusion_matrix_format(preds, target, self.threshold, None)
+        codes = (target * 2 + preds).to(int64)
+        self.confmat += count(codes, 4, self, keep).reshape(2, 2)
+        return True
+
+    return update
+
+
+def _masked_multiclass_confusion(module: ModuleType) -> Masked:
+    """``MulticlassConfusionMatrix.update`` (every release) with ignore_index, by mask."""
+    import torch
+
+    int64 = torch.int64
+    count = _counter()
+
+    def update(self: Any, preds: Any, target: Any) -> bool:
+        num_classes = self.num_classes
+        if type(num_classes) is not int or not (preds.shape == target.shape or _class_axis(preds, target)):
+            return False
+        if self.validate_args:
+            module._multiclass_confusion_matrix_tensor_validation(preds, target, num_classes, self.ignore_index)
+        keep = (target != self.ignore_index).flatten()
+        preds, target = module._multiclass_confusion_matrix_format(preds, target, None)
+        codes = target.to(int64) * num_classes + preds.to(int64)
+        self.confmat += count(codes, num_classes**2, self, keep).reshape(num_classes, num_classes)
+        return True
+
+    return update
+
+
+def _masked_binary_curve(normalization: bool) -> Callable[[ModuleType], Masked]:
+    """``BinaryPrecisionRecallCurve.update`` with ignore_index and thresholds, by mask;
+    ``normalization``: the release passes ``self.normalization`` (1.8.1+)."""
+
+    def build(module: ModuleType) -> Masked:
+        count = _counter()
+
+        def update(self: Any, preds: Any, target: Any) -> bool:
+            thresholds = self.thresholds
+            extra = (self.normalization,) if normalization else ()
+            if thresholds is None or preds.numel() != target.numel() or extra not in ((), (None,), ("sigmoid",)):
+                return False  # "softmax" over a flat vector: left to the release
+            if self.validate_args:
+                module._binary_precision_recall_curve_tensor_validation(preds, target, self.ignore_index)
+            preds, target = preds.flatten(), target.flatten()
+            keep = target != self.ignore_index
+            preds = preds.masked_fill(~keep, 0)
+            preds, target, _ = module._binary_precision_recall_curve_format(preds, target, thresholds, None, *extra)
+            self.confmat += _binary_curve_counts(count, self, preds, target, thresholds, keep)
+            return True
+
+        return update
+
+    return build
+
+
+def _masked_multiclass_curve(average: bool) -> Callable[[ModuleType], Masked]:
+    """``MulticlassPrecisionRecallCurve.update`` with ignore_index and thresholds, by
+    mask; ``average``: the release passes ``self.average`` (1.3.0+, ``"micro"``
+    flattens and one-hot encodes the target)."""
+
+    def build(module: ModuleType) -> Masked:
+        count = _counter()
+
+        def update(self: Any, preds: Any, target: Any) -> bool:
+            thresholds, num_classes = self.thresholds, self.num_classes
+            if thresholds is None or type(num_classes) is not int or not _class_axis(preds, target):
+                return False
+            if self.validate_args:
+                module._multiclass_precision_recall_curve_tensor_validation(
+                    preds, target, num_classes, self.ignore_index
+                )
+            keep = target != self.ignore_index
+            preds = preds.masked_fill(~keep.unsqueeze(1), 0)
+            target = target.masked_fill(~keep, 0)  # a valid class for one_hot
+            keep = keep.flatten()
+            extra = (self.average,) if average else ()
+            preds, target, _ = module._multiclass_precision_recall_curve_format(
+                preds, target, num_classes, thresholds, None, *extra
+            )
+            if extra and extra[0] == "micro":
+                wide = keep.unsqueeze(1).expand(-1, num_classes).flatten()
+                counts = _binary_curve_counts(count, self, preds, target, thresholds, wide)
+            else:
+                counts = _multiclass_curve_counts(count, self, preds, target, num_classes, thresholds, keep)
+            self.confmat += counts
+            return True
+
+        return update
+
+    return build
+
+
 # -- the metrics ------------------------------------------------------------------
 def _build_init(module: ModuleType) -> Callable[..., Any]:
-    """``MulticlassStatScores.__init__``: attach the record."""
+    """``__init__`` of a counting metric (stat scores, confusion matrices): attach the record."""
 
     def __init__(original: Callable, self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
@@ -218,21 +500,49 @@ def _build_init(module: ModuleType) -> Callable[..., Any]:
     return __init__
 
 
-def _build_update(module: ModuleType) -> Callable[..., Any]:
-    """``MulticlassStatScores.update``: make the metric the one ``_bincount`` records into."""
+def _build_binned_init(module: ModuleType) -> Callable[..., Any]:
+    """``__init__`` of a precision-recall curve: attach the record to binned curves only
+    (``thresholds`` given); the others keep their states and the release's updates."""
+
+    def __init__(original: Callable, self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if getattr(self, "thresholds", None) is not None:
+            RECORD.attach(self)
+
+    return __init__
+
+
+def _update_builder(masked: Optional[Callable[[ModuleType], Masked]] = None) -> Callable[..., Any]:
+    """A builder for a metric's ``update``: make the metric the one ``_bincount`` (and the
+    counters above) record into. ``masked(module)``, if given, is the update by mask used
+    when ``ignore_index`` is set; it returns False when the call is not one it handles
+    (another argument form, shapes the formatter would reject)."""
     defaults = "_defaults"
     name = RECORD.name
 
-    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if name not in getattr(self, defaults, ()):  # built before apply(): upstream behaviour
-            return original(self, *args, **kwargs)
-        token = _current.set(self)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            _current.reset(token)
+    def build(module: ModuleType) -> Callable[..., Any]:
+        by_mask = masked(module) if masked is not None else None
 
-    return update
+        def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+            if name not in getattr(self, defaults, ()):  # built before apply(), or unbinned: upstream
+                return original(self, *args, **kwargs)
+            token = _current.set(self)
+            try:
+                if by_mask is not None and self.ignore_index is not None and _deferred():
+                    inputs = _preds_target(args, kwargs)
+                    if inputs is not None and by_mask(self, *inputs):
+                        return None
+                return original(self, *args, **kwargs)
+            finally:
+                _current.reset(token)
+
+        return update
+
+    return build
+
+
+#: ``MulticlassStatScores.update`` and the metrics whose ignore_index needs no class-level help
+_build_update = _update_builder()
 
 
 def _build_sync_context(module: ModuleType) -> Callable[..., Any]:
@@ -255,12 +565,16 @@ def _build_sync_context(module: ModuleType) -> Callable[..., Any]:
 _DATA = "torchmetrics.utilities.data"
 _STAT = "torchmetrics.classification.stat_scores"
 _STAT_FN = "torchmetrics.functional.classification.stat_scores"
+_CONFUSION = "torchmetrics.classification.confusion_matrix"
+_CONFUSION_FN = "torchmetrics.functional.classification.confusion_matrix"
+_CURVE = "torchmetrics.classification.precision_recall_curve"
+_CURVE_FN = "torchmetrics.functional.classification.precision_recall_curve"
 
 PATCH = Patch(
     name="bincount",
     summary=(
-        "multiclass stat-score updates count without torch.bincount's device read or the ignore_index "
-        "removal; range errors at compute()"
+        "multiclass stat-score, confusion-matrix and binned precision-recall-curve updates count without "
+        "torch.bincount's device read or the ignore_index removals; range errors at compute()"
     ),
     known=">=1.0.0",
     upstream="not fixed upstream (DESIGN.md §3)",
@@ -300,6 +614,99 @@ PATCH = Patch(
             variants=(
                 Variant("1.0.0-1.6.1", "e1900853e6588990", _build_update),
                 Variant("1.6.2-1.9.0", "ef20a94ad2300515", _build_update),
+            ),
+        ),
+        # confusion matrices (and CohenKappa, JaccardIndex, MatthewsCorrCoef, which inherit update)
+        Target(
+            module=_CONFUSION,
+            qualname="BinaryConfusionMatrix.__init__",
+            variants=(Variant("1.0.0-1.9.0", "7ba099cab47110b0", _build_init),),
+        ),
+        Target(
+            module=_CONFUSION,
+            qualname="BinaryConfusionMatrix.update",
+            variants=(Variant("1.0.0-1.9.0", "b2f754606cd4e4a6", _update_builder(_masked_binary_confusion)),),
+        ),
+        Target(
+            module=_CONFUSION,
+            qualname="MulticlassConfusionMatrix.__init__",
+            variants=(Variant("1.0.0-1.9.0", "29762c8c5f96d503", _build_init),),
+        ),
+        Target(
+            module=_CONFUSION,
+            qualname="MulticlassConfusionMatrix.update",
+            variants=(Variant("1.0.0-1.9.0", "23bef959df184b10", _update_builder(_masked_multiclass_confusion)),),
+        ),
+        Target(
+            module=_CONFUSION,
+            qualname="MultilabelConfusionMatrix.__init__",
+            variants=(Variant("1.0.0-1.9.0", "b2731403ab4206b0", _build_init),),
+        ),
+        Target(
+            module=_CONFUSION,
+            qualname="MultilabelConfusionMatrix.update",
+            variants=(Variant("1.0.0-1.9.0", "3f3b42ba24e9f8d1", _build_update),),
+        ),
+        Target(
+            module=_CONFUSION_FN,
+            qualname="_multilabel_confusion_matrix_update",
+            variants=(Variant("1.0.0-1.9.0", "4997f253d2970f13", _build_multilabel_confusion_update),),
+        ),
+        # precision-recall curves (and AUROC, AveragePrecision, ROC, EER, LogAUC, the X-at-fixed-Y
+        # metrics, which inherit update and call this __init__)
+        Target(
+            module=_CURVE,
+            qualname="BinaryPrecisionRecallCurve.__init__",
+            variants=(
+                Variant("1.0.0-1.5.2", "c5b97b8394d03730", _build_binned_init),
+                Variant("1.6.0-1.8.0", "0cdf5200cf31b55d", _build_binned_init),
+                Variant("1.8.1-1.9.0", "6b329de3598a57de", _build_binned_init),  # ``normalization``
+            ),
+        ),
+        Target(
+            module=_CURVE,
+            qualname="BinaryPrecisionRecallCurve.update",
+            variants=(
+                Variant("1.0.0-1.8.0", "02674c77bed29aef", _update_builder(_masked_binary_curve(False))),
+                Variant("1.8.1-1.9.0", "6814eb8e7e5368ef", _update_builder(_masked_binary_curve(True))),
+            ),
+        ),
+        Target(
+            module=_CURVE,
+            qualname="MulticlassPrecisionRecallCurve.__init__",
+            variants=(
+                Variant("1.0.0-1.2.1", "971abe3e5455a244", _build_binned_init),
+                Variant("1.3.0.post0-1.5.2", "bee1076cd109a2dc", _build_binned_init),  # ``average``
+                Variant("1.6.0-1.9.0", "d30972bbbbf85410", _build_binned_init),
+            ),
+        ),
+        Target(
+            module=_CURVE,
+            qualname="MulticlassPrecisionRecallCurve.update",
+            variants=(
+                Variant("1.0.0-1.2.1", "1778e31925cf6aec", _update_builder(_masked_multiclass_curve(False))),
+                Variant("1.3.0.post0-1.9.0", "cf35778178fa22b0", _update_builder(_masked_multiclass_curve(True))),
+            ),
+        ),
+        Target(
+            module=_CURVE,
+            qualname="MultilabelPrecisionRecallCurve.__init__",
+            variants=(
+                Variant("1.0.0-1.5.2", "5cce00d815a40892", _build_binned_init),
+                Variant("1.6.0-1.9.0", "9872269e27eaf88f", _build_binned_init),
+            ),
+        ),
+        Target(
+            module=_CURVE,
+            qualname="MultilabelPrecisionRecallCurve.update",
+            variants=(Variant("1.0.0-1.9.0", "7c78b38bb4cbe80d", _build_update),),
+        ),
+        Target(
+            module=_CURVE_FN,
+            qualname="_multilabel_precision_recall_curve_update",
+            variants=(
+                Variant("1.0.0-1.5.2", "85ee9dd3d59f6bc9", _build_multilabel_curve_update),
+                Variant("1.6.0-1.9.0", "5c026a2163afc4da", _build_multilabel_curve_update),  # annotation only
             ),
         ),
         Target(
