@@ -596,6 +596,29 @@ def test_confusion_and_binned_curve_updates_are_sync_free_on_simulated_cuda(name
         assert patched.count == 0, str(patched)
 
 
+@pytest.mark.parametrize("name", sorted(SYNC_CASES))
+def test_with_logits_check_the_updates_are_sync_free_on_every_release(name):
+    """The masked ignore_index path calls the formatter through its module binding, so
+    ``logits_check``'s layer on it (before 1.6.1) runs too: no sync left, same counts,
+    with logits at the ignored positions only (the decision stays with the kept ones)."""
+    from tmpatch.audit import audit
+
+    kind, build = SYNC_CASES[name]
+    preds, target = _sync_inputs(kind, -1)
+    ignored = (target == -1).unsqueeze(1) if kind == "multiclass" else target == -1
+    preds = torch.where(ignored.expand_as(preds), torch.full_like(preds, -7.0), preds)
+    _unpatched()
+    expected = build(-1)
+    expected.update(preds, target)
+    rows = {r.name: r.state for r in tmpatch.apply(["bincount", "logits_check"])}
+    assert rows["bincount"] == "applied" and rows["logits_check"] in ("applied", "not-needed"), rows
+    metric = build(-1)
+    metric.update(preds, target)
+    assert_bitwise(metric.confmat, expected.confmat)
+    patched = audit(build(-1).update, preds, target, real=False)
+    assert patched.count == 0, str(patched)
+
+
 # -- range errors, records, fall-backs ---------------------------------------------------------------
 @pytest.mark.parametrize("ignore", [None, -1])
 @pytest.mark.parametrize("kind", sorted(CONFUSION))
