@@ -143,16 +143,22 @@ def _counter() -> Callable[..., Any]:
     import torch
 
     zeros, where, int64 = torch.zeros, torch.where, torch.int64
-    aminmax, bincount = torch.aminmax, torch.bincount
+    bincount = torch.bincount
     states = "__dict__"
     name = RECORD.name
 
     def count(x: Any, minlength: int, metric: Any, keep: Any = None) -> Any:
         size = x.numel()
         if keep is None and size and CPU_SHORTCUT and x.device.type == "cpu":
-            low, high = aminmax(x)  # on the CPU a read is no sync: keep torch.bincount's speed
-            if low >= 0 and high < minlength:
-                return bincount(x, minlength=minlength)  # deterministic on the CPU
+            # on the CPU a read is no sync: torch.bincount itself (deterministic there), whose
+            # CPU kernel finds min and max anyway; a negative value raises, a value >= minlength
+            # makes it longer: both then take the path below
+            try:
+                out = bincount(x, minlength=minlength)
+            except RuntimeError:
+                out = None
+            if out is not None and out.shape[0] == minlength:
+                return out
         if minlength == 0:
             bad: Any = size if keep is None else keep.sum()
             out = zeros(0, dtype=int64, device=x.device)
@@ -500,6 +506,22 @@ def _build_init(module: ModuleType) -> Callable[..., Any]:
     return __init__
 
 
+def _build_stat_scores_init(module: ModuleType) -> Callable[..., Any]:
+    """``MulticlassStatScores.__init__``: attach the record where an update can count
+    (``top_k=1``, ``"global"``: ``_bincount`` unless ``average="micro"``, the masked
+    ``ignore_index`` path); the one-hot branches count nothing, so they read nothing
+    at ``compute()`` either."""
+
+    def __init__(original: Callable, self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if getattr(self, "top_k", 1) == 1 and getattr(self, "multidim_average", "global") == "global" and (
+            getattr(self, "average", None) != "micro" or getattr(self, "ignore_index", None) is not None
+        ):
+            RECORD.attach(self)
+
+    return __init__
+
+
 def _build_binned_init(module: ModuleType) -> Callable[..., Any]:
     """``__init__`` of a precision-recall curve: attach the record to binned curves only
     (``thresholds`` given); the others keep their states and the release's updates."""
@@ -603,9 +625,9 @@ PATCH = Patch(
             module=_STAT,
             qualname="MulticlassStatScores.__init__",
             variants=(
-                Variant("1.0.0-1.3.2", "ead29a8f403e378d", _build_init),
-                Variant("1.4.0-1.6.1", "d60c1e8678fee1e9", _build_init),
-                Variant("1.6.2-1.9.0", "c59cc4df5e8d0d72", _build_init),
+                Variant("1.0.0-1.3.2", "ead29a8f403e378d", _build_stat_scores_init),
+                Variant("1.4.0-1.6.1", "d60c1e8678fee1e9", _build_stat_scores_init),
+                Variant("1.6.2-1.9.0", "c59cc4df5e8d0d72", _build_stat_scores_init),
             ),
         ),
         Target(
