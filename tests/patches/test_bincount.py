@@ -707,3 +707,20 @@ def test_eager_policy_keeps_the_releases_errors_for_confusion_matrices():
         metric.update(torch.tensor([0, 1, 2]), torch.tensor([0, 3, -1]))
     with pytest.raises(RuntimeError, match="non-negative"):
         cls.BinaryConfusionMatrix(validate_args=False).update(torch.tensor([0, 1]), torch.tensor([0, -1]))
+
+
+@pytest.mark.parametrize("kwargs, carries", [
+    ({}, True),
+    ({"average": "micro"}, False),
+    ({"average": "micro", "ignore_index": 0}, True),
+    ({"top_k": 2}, False),
+    ({"multidim_average": "samplewise"}, False),
+])
+def test_stat_scores_carry_the_record_only_where_an_update_counts(kwargs, carries):
+    _apply()
+    metric = cls.MulticlassStatScores(num_classes=5, validate_args=False, **kwargs)
+    assert (patch.RECORD.name in metric._defaults) is carries
+    preds = torch.randn(4, 5, 3) if kwargs.get("multidim_average") else torch.randn(4, 5)
+    target = torch.randint(0, 5, preds.shape[:1] + preds.shape[2:])
+    metric.update(preds, target)
+    metric.compute()
