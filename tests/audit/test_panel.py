@@ -179,6 +179,41 @@ def test_binary_and_multilabel_rows(panel):
                 assert row.update["patched"].count == 0, row.name
 
 
+CONFUSION_AND_BINNED = (
+    "BinaryConfusionMatrix", "MulticlassConfusionMatrix", "MultilabelConfusionMatrix",
+    "BinaryConfusionMatrix (ignore_index)", "MulticlassConfusionMatrix (ignore_index)",
+    "BinaryPrecisionRecallCurve (thresholds=10)", "MulticlassPrecisionRecallCurve (thresholds=10)",
+    "MultilabelPrecisionRecallCurve (thresholds=10)", "BinaryAUROC (thresholds=10)",
+    "BinaryPrecisionRecallCurve (thresholds=10, ignore_index)",
+    "MulticlassPrecisionRecallCurve (thresholds=10, ignore_index)",
+)
+
+
+def test_confusion_matrix_and_binned_curve_rows(panel):
+    logits_fixed = _applied(panel, "logits_check") or release_in(">=1.6.1")
+    for name in CONFUSION_AND_BINNED:
+        row = panel[name]
+        ops = [p.op for p in row.update["unpatched"].points]
+        assert "aten.bincount" in ops, (name, ops)
+        assert ("aten.index" in ops) is ("ignore_index" in name or name.startswith("Multilabel")), (name, ops)
+        if _applied(panel, "bincount") and logits_fixed:
+            assert row.update["patched"].count == 0, (name, str(row.update["patched"].report))
+            assert "bincount" in row.fixed_by(), name
+
+
+def test_unbinned_curves_keep_only_the_inherent_removal(panel):
+    plain = panel["BinaryPrecisionRecallCurve (thresholds=None)"]
+    assert not [p for p in plain.update["unpatched"].points if p.op != "aten._local_scalar_dense"]
+    ignoring = panel["BinaryAUROC (thresholds=None, ignore_index)"]
+    for row in (plain, ignoring):
+        for part in (row.update, row.compute):
+            assert all(label is not None for label in part["patched"].labels()), (row.name, str(part["patched"].report))
+    removal = ignoring.update["patched"].points
+    assert len(removal) == 2 and all(label_for(p).category == INHERENT for p in removal)
+    if _applied(panel, "logits_check") or release_in(">=1.6.1"):
+        assert plain.update["patched"].count == 0
+
+
 def test_validation_rows_keep_only_validation_syncs(panel):
     names = [row.name for row in panel.rows if "validate_args" in row.name]
     assert len(names) == 4

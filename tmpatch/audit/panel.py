@@ -78,8 +78,13 @@ LABELS: Tuple[Label, ...] = (
           function="_cumsum", file="torchmetrics/utilities/data.py", kind="device mismatch",
           patch="cumsum_device"),
     Label(PATCH, "ignore_index: ignored positions dropped by a boolean index before counting; the bincount "
-          "patch masks them out of the counts", function="_multiclass_stat_scores_update", op="aten.index",
-          patch="bincount"),
+          "patch masks them out of the counts",
+          function=r"_multiclass_stat_scores_update|_(binary|multiclass)_confusion_matrix_format"
+                   r"|_multilabel_(confusion_matrix|precision_recall_curve)_update",
+          op="aten.index", patch="bincount"),
+    Label(INHERENT, "ignore_index: ignored positions dropped by a boolean index; inherent where the states keep "
+          "the values (thresholds=None); the bincount patch masks them out of binned counts",
+          function=r"_(binary|multiclass)_precision_recall_curve_format", op="aten.index", patch="bincount"),
     Label(VALIDATION, "input validation (validate_args=True)",
           function=r"_\w*(validation|validate\w*|_check\w*)|_check_same_shape"),
     Label(UPSTREAM, "the release's formatter reads the values to decide on a sigmoid or softmax (fixed upstream "
@@ -88,6 +93,10 @@ LABELS: Tuple[Label, ...] = (
           op="aten._local_scalar_dense", patch="logits_check"),
     Label(INHERENT, "deterministic _cumsum falls back to the CPU (torch has no deterministic CUDA cumsum)",
           function="_cumsum", kind=".* copy"),
+    Label(INHERENT, "unbinned curve at compute: the distinct scores set the curve's length", function="_binary_clf_curve"),
+    Label(INHERENT, "curve at compute: the release reads whether the target has positive and negative samples, "
+          "to warn (compute's result is read anyway)",
+          function=r"_\w*(roc|precision_recall_curve|auroc|average_precision)_compute", op="aten._local_scalar_dense"),
     Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
           file="tmpatch/deferred.py"),
 )
@@ -262,6 +271,18 @@ ROWS: Tuple[Row, ...] = (
       for n in ("Accuracy", "Precision", "Recall", "F1Score")),
     *_multiclass_grid(),
     *(_cls_row(f"{task}{n}") for task in ("Binary", "Multilabel") for n in _CLS_NAMES),
+    *(_cls_row(f"{task}ConfusionMatrix") for task in ("Binary", "Multiclass", "Multilabel")),
+    _cls_row("BinaryConfusionMatrix", "BinaryConfusionMatrix (ignore_index)", ignore_index=-1),
+    _cls_row("MulticlassConfusionMatrix", "MulticlassConfusionMatrix (ignore_index)", ignore_index=0),
+    *(_cls_row(f"{task}PrecisionRecallCurve", f"{task}PrecisionRecallCurve (thresholds=10)", thresholds=10)
+      for task in ("Binary", "Multiclass", "Multilabel")),
+    _cls_row("BinaryAUROC", "BinaryAUROC (thresholds=10)", thresholds=10),
+    _cls_row("BinaryPrecisionRecallCurve", "BinaryPrecisionRecallCurve (thresholds=10, ignore_index)",
+             thresholds=10, ignore_index=-1),
+    _cls_row("MulticlassPrecisionRecallCurve", "MulticlassPrecisionRecallCurve (thresholds=10, ignore_index)",
+             thresholds=10, ignore_index=0),
+    _cls_row("BinaryPrecisionRecallCurve", "BinaryPrecisionRecallCurve (thresholds=None)", thresholds=None),
+    _cls_row("BinaryAUROC", "BinaryAUROC (thresholds=None, ignore_index)", thresholds=None, ignore_index=-1),
     _mc_row("MulticlassAccuracy", validate=True, suffix=" (validate_args)"),
     _cls_row("MulticlassAccuracy", "MulticlassAccuracy (validate_args, ignore_index)", validate_args=True,
              ignore_index=0),
