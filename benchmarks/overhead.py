@@ -74,6 +74,9 @@ def _cases() -> List[Case]:
 
         return factory
 
+    def accuracy_metric() -> object:
+        return MulticlassAccuracy(num_classes=10, validate_args=False)
+
     def accuracy() -> Call:
         metric = MulticlassAccuracy(num_classes=10, validate_args=False)
 
@@ -92,6 +95,7 @@ def _cases() -> List[Case]:
         ("SumMetric.update(loss 0-d)", AGGREGATION, update(SumMetric, loss)),
         ("SumMetric.update(x[1000])", AGGREGATION, update(SumMetric, batch)),
         ("_safe_divide", ("safe_divide",), safe_divide),
+        ("MulticlassAccuracy.update", ("bincount",), update(accuracy_metric, preds, target)),
         ("MulticlassAccuracy update+compute", ("safe_divide",), accuracy),
         ("MulticlassAccuracy update+compute", None, accuracy),
     ]

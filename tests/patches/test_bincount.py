@@ -227,7 +227,7 @@ def _ignore_batches(draw):
     return classes, ignore, batches
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(_ignore_batches(), st.sampled_from(AVERAGES), st.sampled_from(sorted(STAT_SCORES)))
 def test_ignore_index_counts_and_results_equal_the_releases(case, average, name):
     classes, ignore, batches = case
@@ -396,7 +396,7 @@ def _thresholds(draw):
     return values if form == "list" else torch.tensor(values)
 
 
-@settings(max_examples=70, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.data(), st.sampled_from(sorted(CONFUSION)), st.booleans())
 def test_confusion_matrix_states_and_compute_equal_the_releases(data, kind, validate):
     metric_cls = data.draw(st.sampled_from(CONFUSION[kind]))
@@ -412,7 +412,7 @@ def test_confusion_matrix_states_and_compute_equal_the_releases(data, kind, vali
         _assert_same(metric, expected)
 
 
-@settings(max_examples=70, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.data(), st.sampled_from(sorted(CURVES)), st.booleans())
 def test_binned_curve_states_and_compute_equal_the_releases(data, kind, validate):
     metric_cls = data.draw(st.sampled_from(CURVES[kind]))
