@@ -201,6 +201,16 @@ def test_confusion_matrix_and_binned_curve_rows(panel):
             assert "bincount" in row.fixed_by(), name
 
 
+def test_calibration_error_rows(panel):
+    for name in ("BinaryCalibrationError", "MulticlassCalibrationError"):
+        row = panel[name]
+        unpatched = [p.function for p in row.update["unpatched"].points]
+        assert len(unpatched) == (1 if release_in("<1.6.1") else 0), (name, unpatched)
+        assert row.update["patched"].count == 0, (name, str(row.update["patched"].report))
+        if unpatched:
+            assert row.fixed_by() == ["logits_check"], name
+
+
 def test_unbinned_curves_keep_only_the_inherent_removal(panel):
     plain = panel["BinaryPrecisionRecallCurve (thresholds=None)"]
     assert not [p for p in plain.update["unpatched"].points if p.op != "aten._local_scalar_dense"]

@@ -15,6 +15,7 @@ from torchmetrics import classification as cls
 import torchmetrics.functional.classification.confusion_matrix  # noqa: F401
 import torchmetrics.functional.classification.precision_recall_curve  # noqa: F401
 import torchmetrics.functional.classification.stat_scores  # noqa: F401
+import torchmetrics.functional.classification.calibration_error  # noqa: F401
 
 NEEDED = release_in("<1.6.1")
 needed = pytest.mark.skipif(not NEEDED, reason="fixed upstream in 1.6.1 (the patch reports not-needed)")
@@ -22,6 +23,7 @@ HAS_AVERAGE = release_in(">=1.3.0")  # the multiclass curve's ``average`` argume
 fmt = sys.modules["torchmetrics.functional.classification.stat_scores"]
 cmf = sys.modules["torchmetrics.functional.classification.confusion_matrix"]
 prf = sys.modules["torchmetrics.functional.classification.precision_recall_curve"]
+cef = sys.modules["torchmetrics.functional.classification.calibration_error"]
 NAN, INF = float("nan"), float("inf")
 VALUES = [0.0, 1.0, 0.5, 0.25, 0.75, -0.0, -0.5, 1.5, 3.0, -2.0, NAN, INF, -INF, 1e-8]
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -266,6 +268,39 @@ def test_multiclass_curve_softmax_is_all_or_nothing_as_the_release(preds, softma
     _apply()
     got, _, _ = prf._multiclass_precision_recall_curve_format(x, torch.tensor([0, 1]), 2)
     assert_bitwise(got, x.softmax(1) if softmax else x)
+
+
+@needed
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_multiclass_calibration_update_is_bitwise_the_releases(data):
+    classes = data.draw(st.integers(1, 3))
+    rows = data.draw(st.integers(0, 4))
+    preds = data.draw(_preds((rows, classes)))
+    target = data.draw(_labels((rows,), [-1] + list(range(classes))))
+    _same(lambda f: f(preds, target), cef, "_multiclass_calibration_error_update")
+
+
+@needed
+def test_multiclass_calibration_error_loses_its_read_and_keeps_its_results():
+    from tmpatch.audit import audit
+
+    torch.manual_seed(3)
+    batches = [(torch.rand(6, 3), torch.randint(0, 3, (6,))), (torch.randn(5, 3) * 3, torch.randint(0, 3, (5,)))]
+    unpatched = audit(cls.MulticlassCalibrationError(num_classes=3, validate_args=False).update, *batches[1],
+                      real=False)
+    assert [p.function for p in _reads(unpatched)] == ["_multiclass_calibration_error_update"], str(unpatched)
+    reference = cls.MulticlassCalibrationError(num_classes=3, validate_args=False)
+    for p, t in batches:
+        reference.update(p, t)
+    _apply()
+    patched = audit(cls.MulticlassCalibrationError(num_classes=3, validate_args=False).update, *batches[1],
+                    real=False)
+    assert patched.count == 0, str(patched)
+    metric = cls.MulticlassCalibrationError(num_classes=3, validate_args=False)
+    for p, t in batches:
+        metric.update(p, t)
+    assert_bitwise(metric.compute(), reference.compute())
 
 
 P, T = torch.randn(8, 3), torch.randint(0, 2, (8, 3))

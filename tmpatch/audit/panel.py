@@ -89,7 +89,8 @@ LABELS: Tuple[Label, ...] = (
           function=r"_\w*(validation|validate\w*|_check\w*)|_check_same_shape"),
     Label(UPSTREAM, "the release's formatter reads the values to decide on a sigmoid or softmax (fixed upstream "
           "in 1.6.1); see the logits_check patch",
-          function=r"_(binary|multilabel)_\w*format\w*|_multiclass_precision_recall_curve_format",
+          function=r"_(binary|multilabel)_\w*format\w*|_multiclass_precision_recall_curve_format"
+                   r"|_multiclass_calibration_error_update",
           op="aten._local_scalar_dense", patch="logits_check"),
     Label(INHERENT, "deterministic _cumsum falls back to the CPU (torch has no deterministic CUDA cumsum)",
           function="_cumsum", kind=".* copy"),
@@ -281,6 +282,8 @@ ROWS: Tuple[Row, ...] = (
              thresholds=10, ignore_index=-1),
     _cls_row("MulticlassPrecisionRecallCurve", "MulticlassPrecisionRecallCurve (thresholds=10, ignore_index)",
              thresholds=10, ignore_index=0),
+    _cls_row("BinaryCalibrationError"),
+    _cls_row("MulticlassCalibrationError"),
     _cls_row("BinaryPrecisionRecallCurve", "BinaryPrecisionRecallCurve (thresholds=None)", thresholds=None),
     _cls_row("BinaryAUROC", "BinaryAUROC (thresholds=None, ignore_index)", thresholds=None, ignore_index=-1),
     _mc_row("MulticlassAccuracy", validate=True, suffix=" (validate_args)"),

@@ -1,6 +1,6 @@
 """logits_check: the classification formatters that test for logits, without a device read.
 
-Defect: before 1.6.1, seven formatters decide whether ``preds`` are logits with
+Defect: before 1.6.1, seven formatters and one update decide whether ``preds`` are logits with
 ``if not torch.all((preds >= 0) * (preds <= 1)): preds = preds.sigmoid()``
 (``preds.softmax(1)`` for the multiclass curve): a Python ``if`` on a device
 value, one sync on every ``update()`` with float ``preds`` of the metrics built
@@ -12,7 +12,10 @@ ConfusionMatrix, CohenKappa, JaccardIndex, MatthewsCorrCoef, the multilabel
 ranking metrics, binary calibration error and hinge loss. Precision-recall curves
 (``_{binary,multiclass,multilabel}_precision_recall_curve_format``):
 PrecisionRecallCurve, ROC, AUROC, AveragePrecision and the ``*At*`` metrics.
-Fixed upstream in 1.6.1 (``normalize_logits_if_needed``, ``torch.where`` on the
+``_multiclass_calibration_error_update`` (softmax): MulticlassCalibrationError.
+Not covered: ``_multiclass_hinge_loss_update`` makes the same check, but its
+update also selects with boolean masks (``preds[target]``, a sync each), so the
+metric would sync anyway. Fixed upstream in 1.6.1 (``normalize_logits_if_needed``, ``torch.where`` on the
 device; PR #2845).
 
 Replacement: the release's formatter with the ``if`` replaced by a device-side
@@ -29,8 +32,9 @@ the caller's. Everything else is the release's code, the boolean removal of
 ignored entries (``preds[idx]``, a sync of its own) included, except: the
 stat-score formatters' ``target[idx] = -1`` becomes the equivalent
 ``masked_fill``; the curve formatters, which also run the check on integer
-``preds`` (the result's dtype then depends on the values), call the release's
-own code for ``preds`` that are not floating point.
+``preds`` (the result's dtype then depends on the values), and the calibration
+update (softmax of an integer tensor raises), call the release's own code for
+``preds`` that are not floating point.
 
 Releases: 1.0.0-1.6.0 patched (two or three fingerprints per target, differing
 in annotations and, for the multiclass curve, the ``average`` argument of
@@ -286,14 +290,32 @@ def _build_multilabel_curve(module: ModuleType) -> Callable[..., Any]:
     return _multilabel_precision_recall_curve_format
 
 
+# --- calibration error ---------------------------------------------------------------------------
+
+
+def _build_multiclass_calibration(module: ModuleType) -> Callable[..., Any]:
+    """``_multiclass_calibration_error_update`` of 1.0.0-1.6.0 (softmax over the classes)."""
+    probabilities = _selector(softmax_dim=1)
+
+    def _multiclass_calibration_error_update(original: Callable, preds: Any, target: Any) -> Tuple[Any, Any]:
+        if not preds.is_floating_point():  # softmax of an integer tensor raises: the release decides
+            return original(preds, target)
+        confidences, predictions = probabilities(preds).max(dim=1)
+        accuracies = predictions.eq(target)
+        return confidences.float(), accuracies.float()
+
+    return _multiclass_calibration_error_update
+
+
+_CALIBRATION = "torchmetrics.functional.classification.calibration_error"
 _STAT = "torchmetrics.functional.classification.stat_scores"
 _CONFUSION = "torchmetrics.functional.classification.confusion_matrix"
 _CURVE = "torchmetrics.functional.classification.precision_recall_curve"
 
 PATCH = Patch(
     name="logits_check",
-    summary="stat-score, confusion-matrix and precision-recall-curve formatters pick sigmoid/softmax "
-            "on the device, without a sync",
+    summary="stat-score, confusion-matrix, precision-recall-curve formatters and the multiclass "
+            "calibration update pick sigmoid/softmax on the device, without a sync",
     known=">=1.0.0",
     upstream="fixed upstream in 1.6.1 (normalize_logits_if_needed, PR #2845)",
     targets=(
@@ -360,6 +382,15 @@ PATCH = Patch(
                 Variant("1.0.0-1.5.2", "5980e6dd69a6c76d", _build_multilabel_curve),
                 Variant("1.6.0", "27b1312b274223df", _build_multilabel_curve),  # annotation only
                 Variant("1.6.1-1.9.0", "b8a3cc1fc193f5aa"),
+            ),
+        ),
+        Target(
+            module=_CALIBRATION,
+            qualname="_multiclass_calibration_error_update",
+            variants=(
+                Variant("1.0.0-1.5.2", "21b3a3e216134a63", _build_multiclass_calibration),
+                Variant("1.6.0", "0d8e9b5338493252", _build_multiclass_calibration),
+                Variant("1.6.1-1.9.0", "abff5124c3c9ccb7"),
             ),
         ),
     ),
