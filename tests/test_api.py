@@ -311,3 +311,15 @@ def test_an_exception_inside_a_patch_never_reaches_the_users_import():
         print("ok")
     """)
     assert proc.stdout.strip() == "ok"
+
+
+def test_the_reason_names_the_releases_every_target_shares():
+    from tmpatch.api import _common
+    from tmpatch.spec import Variant
+
+    def found(*ranges):
+        return [(None, Variant(r, "x")) for r in ranges]
+
+    assert _common(found("1.0.0-1.5.2", "1.4.0-1.6.1", "1.3.0.post0-1.9.0")) == "1.4.0-1.5.2"
+    assert _common(found("1.6.0", "1.0.0-1.9.0")) == "1.6.0"
+    assert _common(found("1.0.0-1.2.0", "1.4.0")) == "1.0.0-1.2.0, 1.4.0"  # no overlap: listed

@@ -109,10 +109,24 @@ def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
             return State.MISMATCH, f"code of {target.qualname} not recognised (fingerprint {code}); left alone", []
         found.append((target, variant))
     if all(variant.fixed for _, variant in found):
-        releases = ", ".join(sorted({variant.releases for _, variant in found}))
-        return State.NOT_NEEDED, f"upstream fix present (code of {releases})", found
-    releases = ", ".join(sorted({variant.releases for _, variant in found if not variant.fixed}))
-    return State.APPLIED, f"code of {releases} recognised", found
+        return State.NOT_NEEDED, f"upstream fix present (code of {_common(found)})", found
+    return State.APPLIED, f"code of {_common(found)} recognised", found
+
+
+def _common(found: List[Tuple[Target, Variant]]) -> str:
+    """The releases whose code every target shares with this one: the overlap of the
+    variants' ranges (``1.4.0-1.5.2``), or, should they not overlap, the ranges listed."""
+    from packaging.version import InvalidVersion, Version
+
+    ranges = sorted({variant.releases for _, variant in found})
+    try:
+        bounds = [(Version(low), Version(high or low)) for low, _, high in (r.partition("-") for r in ranges)]
+    except InvalidVersion:
+        return ", ".join(ranges)
+    low, high = max(b[0] for b in bounds), min(b[1] for b in bounds)
+    if low > high:
+        return ", ".join(ranges)
+    return str(low) if low == high else f"{low}-{high}"
 
 
 def _install(patch: Patch, sweep: bool) -> None:
