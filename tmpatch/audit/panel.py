@@ -152,11 +152,6 @@ def _regression() -> Tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(8, generator=g), torch.randn(8, generator=g)
 
 
-def _binary() -> Tuple[torch.Tensor, torch.Tensor]:
-    g = _gen()
-    return torch.rand(8, generator=g), torch.randint(0, 2, (8,), generator=g)
-
-
 TM = "torchmetrics"
 CLS = "torchmetrics.classification"
 STEP_CLASSES = 1000
