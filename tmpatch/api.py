@@ -17,6 +17,7 @@ from tmpatch import patches as catalogue
 from tmpatch import settings
 from tmpatch.engine import Engine, PatchError
 from tmpatch.fingerprint import FingerprintError, fingerprint
+from tmpatch import spec
 from tmpatch.spec import Patch, Target, Variant
 from tmpatch.report import PatchStatus, Report, State
 
@@ -76,17 +77,9 @@ def _is_applied(name: str) -> bool:
 def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
     """Decide what to do with ``patch`` on the loaded release: a state, its reason,
     and the variants found (empty unless the state is APPLIED or NOT_NEEDED)."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
     release = catalogue.release()
-    if release is not None:
-        try:
-            known = Version(release) in SpecifierSet(patch.known, prereleases=True)
-        except (InvalidVersion, InvalidSpecifier):
-            known = False
-        if not known:
-            return State.UNSUPPORTED, f"written for torchmetrics {patch.known}; this is {release}", []
+    if release is not None and not spec.contains(patch.known, release):
+        return State.UNSUPPORTED, f"written for torchmetrics {spec.describe(patch.known)}; this is {release}", []
     found: List[Tuple[Target, Variant]] = []
     for target in patch.targets:
         try:
@@ -116,16 +109,16 @@ def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
 def _common(found: List[Tuple[Target, Variant]]) -> str:
     """The releases whose code every target shares with this one: the overlap of the
     variants' ranges (``1.4.0-1.5.2``), or, should they not overlap, the ranges listed."""
-    from packaging.version import InvalidVersion, Version
-
-    ranges = sorted({variant.releases for _, variant in found})
-    try:
-        bounds = [(Version(low), Version(high or low)) for low, _, high in (r.partition("-") for r in ranges)]
-    except InvalidVersion:
-        return ", ".join(ranges)
-    low, high = max(b[0] for b in bounds), min(b[1] for b in bounds)
-    if low > high:
-        return ", ".join(ranges)
+    ranges = {variant.releases for _, variant in found}
+    bounds = [spec.bounds(r) for r in ranges]
+    firsts = [b[0] for b in bounds if b[0] is not None]
+    lasts = [b[1] for b in bounds if b[1] is not None]
+    low = max(firsts) if firsts else None
+    high = min(lasts) if lasts else None
+    if low is None or (high is not None and low > high):
+        return ", ".join(sorted(spec.describe(r) for r in ranges))
+    if high is None:
+        return f"{low}+"
     return str(low) if low == high else f"{low}-{high}"
 
 

@@ -1,20 +1,70 @@
 """The declarative vocabulary a patch module is written in.
 
 A patch module describes *what* it repairs (targets, the upstream code it
-recognises, the replacement for each implementation); the engine decides
-*how* to put it in place. Nothing here imports torch, torchmetrics or wrapt.
+recognises, the replacement for each implementation, the audit labels of the
+syncs it removes); the engine decides *how* to put it in place. Nothing here
+imports torch, torchmetrics or wrapt. Release ranges are packaging's
+``SpecifierSet`` (:func:`span`, :func:`since`), shown as ``1.0.0-1.2.0``
+(:func:`describe`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, Callable, Optional, Tuple
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 #: ``build(module) -> replacement``: called once, when the target's module is
 #: loaded, with that module. The replacement is called as
 #: ``replacement(original, *args, **kwargs)`` (``self`` first for methods),
 #: where ``original`` is the release's own function, for fall-backs.
 Builder = Callable[[ModuleType], Callable[..., Any]]
+
+
+def span(first: str, last: Optional[str] = None) -> SpecifierSet:
+    """The releases ``first`` to ``last`` inclusive (``first`` alone without ``last``)."""
+    if last is None or last == first:
+        return SpecifierSet(f"=={first}")
+    return SpecifierSet(f">={first},<={last}")
+
+
+def since(first: str) -> SpecifierSet:
+    """``first`` and every later release."""
+    return SpecifierSet(f">={first}")
+
+
+def bounds(releases: SpecifierSet) -> Tuple[Optional[Version], Optional[Version]]:
+    """``(first, last)`` of a range made by :func:`span` or :func:`since` (None: unbounded)."""
+    first = last = None
+    for spec in releases:
+        version = Version(spec.version)
+        if spec.operator in ("==", "==="):
+            first = last = version
+        elif spec.operator == ">=":
+            first = version
+        elif spec.operator == "<=":
+            last = version
+    return first, last
+
+
+def describe(releases: SpecifierSet) -> str:
+    """``1.0.0-1.2.0``, ``1.6.0`` or ``1.0.0+``: a range as ``status()`` shows it."""
+    first, last = bounds(releases)
+    if first is None:
+        return str(releases)
+    if last is None:
+        return f"{first}+"
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def contains(releases: SpecifierSet, release: str) -> bool:
+    """Whether ``release`` is in the range (False for a version packaging cannot read)."""
+    try:
+        return releases.contains(Version(release), prereleases=True)
+    except InvalidVersion:
+        return False
 
 
 @dataclass(frozen=True)
@@ -25,7 +75,7 @@ class Variant:
     upstream fix: the patch is then *not-needed* on that release.
     """
 
-    releases: str
+    releases: SpecifierSet
     fingerprint: str
     build: Optional[Builder] = None
 
@@ -53,21 +103,69 @@ class Target:
         return None
 
 
+#: label categories: why a sync point is there
+INHERENT = "inherent"  #: no implementation of the call can avoid it
+VALIDATION = "validation"  #: input validation the user asked for (validate_args=True)
+PATCHED = "patch"  #: a tmpatch patch removes it; seen patched, that patch is not in effect
+UPSTREAM = "upstream"  #: a defect of the release, fixed in a later one (a patch may remove it too)
+DEFERRED = "deferred"  #: work a patch moved out of ``update`` into ``compute``
+
+
+@dataclass(frozen=True)
+class Label:
+    """Why a sync point is there, for the audit. A point matches when every given pattern
+    does: ``function``, ``op`` and ``kind`` (its text) are full-match regexes, ``file`` a
+    path suffix. ``patch``: the tmpatch patch that removes it (filled in by :class:`Patch`
+    for the labels it carries)."""
+
+    category: str
+    reason: str
+    function: str = ".*"
+    file: str = ""
+    op: str = ".*"
+    kind: str = ".*"
+    patch: str = ""
+
+    def matches(self, point: Any) -> bool:
+        """Whether ``point`` (a :class:`tmpatch.audit.SyncPoint`) is explained by this label."""
+        import re
+
+        path = point.location.rsplit(":", 1)[0].replace("\\", "/")
+        return (re.fullmatch(self.function, point.function) is not None
+                and re.fullmatch(self.op, point.op) is not None
+                and re.fullmatch(self.kind, point.kind.value) is not None
+                and path.endswith(self.file))
+
+
 @dataclass(frozen=True)
 class Patch:
     """A named repair: one or more targets, all replaced or none.
 
-    ``known`` is the range of host releases the patch was written against
-    (a packaging specifier); outside it the patch reports *unsupported*.
-    Inside it, and on later releases, the code's fingerprint decides.
+    ``known`` is the range of host releases the patch was written against;
+    outside it the patch reports *unsupported*. Inside it the code's
+    fingerprint decides. ``summary``: the defect, one line; ``upstream``: the
+    upstream issue or fix; ``changes``: what a user sees change besides fewer
+    syncs (reports moved, deliberate corrections), one line or empty.
+    ``labels``: how the audit explains the syncs this patch removes (and the
+    ones it leaves). ``requires``: patches this one needs to do its whole job
+    (applied with it unless excluded).
     """
 
     name: str
     summary: str
-    known: str
+    known: SpecifierSet
     targets: Tuple[Target, ...]
     upstream: str = ""
-    options: Tuple[str, ...] = field(default=())
+    changes: str = ""
+    labels: Tuple[Label, ...] = field(default=())
+    requires: Tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        named = tuple(
+            label if label.patch or label.category in (INHERENT, VALIDATION) else replace(label, patch=self.name)
+            for label in self.labels
+        )
+        object.__setattr__(self, "labels", named)
 
     @property
     def target_text(self) -> str:

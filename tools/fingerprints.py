@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tmpatch import patches as catalogue  # noqa: E402
 from tmpatch.fingerprint import source_fingerprint  # noqa: E402
+from tmpatch.spec import describe  # noqa: E402
 
 
 def _release(folder: str) -> str:
@@ -58,7 +59,7 @@ def main(folders: List[str]) -> int:
             sys.stdout.write(f"{name}: {target.path}\n")
             for code, releases in groups.items():
                 variant = target.variant_for(code)
-                known = ("fixed" if variant.fixed else "patched") + f" as {variant.releases}" if variant else "UNKNOWN"
+                known = ("fixed" if variant.fixed else "patched") + f" as {describe(variant.releases)}" if variant else "UNKNOWN"
                 sys.stdout.write(f"  {code}  {releases[0]} .. {releases[-1]} ({len(releases)})  {known}\n")
     return 0
 

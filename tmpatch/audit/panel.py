@@ -29,71 +29,19 @@ from tmpatch.audit.report import AuditReport, SyncPoint
 log = logging.getLogger("tmpatch")
 
 # --- labels ------------------------------------------------------------------------------------
+# Each patch carries the labels of the syncs it removes (``Patch.labels``, next to its targets);
+# the ones below explain syncs no patch is about. First match wins: the patches' labels first.
 
-INHERENT = "inherent"  #: no implementation of the call can avoid it
-VALIDATION = "validation"  #: input validation the user asked for (validate_args=True)
-PATCH = "patch"  #: a tmpatch patch removes it; seen patched, that patch is not in effect
-UPSTREAM = "upstream"  #: a defect of the release, fixed in a later one, no tmpatch patch
-DEFERRED = "deferred"  #: work a patch moved out of ``update`` into ``compute``
+from tmpatch import patches as catalogue  # noqa: E402
+from tmpatch.spec import DEFERRED, INHERENT, UPSTREAM, VALIDATION, Label  # noqa: E402
+from tmpatch.spec import PATCHED as PATCH  # noqa: E402
 
 #: categories that ``--fail-on-sync`` tolerates in a patched update
 TOLERATED = (INHERENT, VALIDATION)
 
-
-@dataclass(frozen=True)
-class Label:
-    """Why a sync point is there. A point matches when every given pattern does:
-    ``function``, ``op`` and ``kind`` (its text) are full-match regexes, ``file`` a path suffix."""
-
-    category: str
-    reason: str
-    function: str = ".*"
-    file: str = ""
-    op: str = ".*"
-    kind: str = ".*"
-    patch: str = ""  #: the tmpatch patch that removes it, if any
-
-    def matches(self, point: SyncPoint) -> bool:
-        path = point.location.rsplit(":", 1)[0].replace("\\", "/")
-        return (re.fullmatch(self.function, point.function) is not None
-                and re.fullmatch(self.op, point.op) is not None
-                and re.fullmatch(self.kind, point.kind.value) is not None
-                and path.endswith(self.file))
-
-
-#: first match wins
-LABELS: Tuple[Label, ...] = (
-    Label(INHERENT, "inherent to torch.bincount on CUDA (reads min and max to size its output); "
-          "see the bincount patch", function="_bincount", op="aten.bincount", patch="bincount"),
-    Label(INHERENT, "CatMetric drops NaN elements: its output size depends on the values",
-          function="check", file="tmpatch/patches/nan_check.py"),
-    Label(PATCH, "Python scalar or default weight copied from the host; fixed by the mean_default_weight patch",
-          function="update|_cast_and_nan_check_input", file="torchmetrics/aggregation.py", op="aten._to_copy",
-          kind="host-to-device copy", patch="mean_default_weight"),
-    Label(PATCH, "NaN check `if nans.any()` in _cast_and_nan_check_input; fixed by the nan_check patch",
-          function="_cast_and_nan_check_input", file="torchmetrics/aggregation.py", patch="nan_check"),
-    Label(PATCH, "zero-division value copied from the host; fixed by the safe_divide patch",
-          function="_safe_divide", file="torchmetrics/utilities/compute.py", patch="safe_divide"),
-    Label(PATCH, "deterministic _cumsum returns to the current GPU (#2608); fixed by the cumsum_device patch",
-          function="_cumsum", file="torchmetrics/utilities/data.py", kind="device mismatch",
-          patch="cumsum_device"),
-    Label(PATCH, "ignore_index: ignored positions dropped by a boolean index before counting; the bincount "
-          "patch masks them out of the counts",
-          function=r"_multiclass_stat_scores_update|_(binary|multiclass)_confusion_matrix_format"
-                   r"|_multilabel_(confusion_matrix|precision_recall_curve)_update",
-          op="aten.index", patch="bincount"),
-    Label(INHERENT, "ignore_index: ignored positions dropped by a boolean index; inherent where the states keep "
-          "the values (thresholds=None); the bincount patch masks them out of binned counts",
-          function=r"_(binary|multiclass)_precision_recall_curve_format", op="aten.index", patch="bincount"),
+GENERAL_LABELS: Tuple[Label, ...] = (
     Label(VALIDATION, "input validation (validate_args=True)",
           function=r"_\w*(validation|validate\w*|_check\w*)|_check_same_shape"),
-    Label(UPSTREAM, "the release's formatter reads the values to decide on a sigmoid or softmax (fixed upstream "
-          "in 1.6.1); see the logits_check patch",
-          function=r"_(binary|multilabel)_\w*format\w*|_multiclass_precision_recall_curve_format"
-                   r"|_multiclass_calibration_error_update",
-          op="aten._local_scalar_dense", patch="logits_check"),
-    Label(INHERENT, "deterministic _cumsum falls back to the CPU (torch has no deterministic CUDA cumsum)",
-          function="_cumsum", kind=".* copy"),
     Label(INHERENT, "unbinned curve at compute: the distinct scores set the curve's length", function="_binary_clf_curve"),
     Label(INHERENT, "curve at compute: the release reads whether the target has positive and negative samples, "
           "to warn (compute's result is read anyway)",
@@ -101,6 +49,11 @@ LABELS: Tuple[Label, ...] = (
     Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
           file="tmpatch/deferred.py"),
 )
+
+#: first match wins
+LABELS: Tuple[Label, ...] = tuple(
+    label for name in catalogue.NAMES for label in catalogue.load(name).labels
+) + GENERAL_LABELS
 
 
 def label_for(point: SyncPoint) -> Optional[Label]:

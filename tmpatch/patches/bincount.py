@@ -100,7 +100,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from tmpatch import deferred, settings
-from tmpatch.spec import Patch, Target, Variant
+from tmpatch.spec import INHERENT, Label, PATCHED, Patch, Target, Variant, since, span
 
 log = logging.getLogger("tmpatch")
 
@@ -598,81 +598,93 @@ PATCH = Patch(
         "multiclass stat-score, confusion-matrix and binned precision-recall-curve updates count without "
         "torch.bincount's device read or the ignore_index removals; range errors at compute()"
     ),
-    known=">=1.0.0",
+    known=since("1.0.0"),
     upstream="not fixed upstream (DESIGN.md §3)",
+    labels=(
+        Label(PATCHED, "CUDA torch.bincount reads the input's min and max to size its output; the bincount "
+              "patch counts into fixed-size bins instead", function="_bincount", op="aten.bincount"),
+        Label(PATCHED, "ignore_index: ignored positions dropped by a boolean index before counting; the bincount "
+              "patch masks them out of the counts",
+              function=r"_multiclass_stat_scores_update|_(binary|multiclass)_confusion_matrix_format"
+                       r"|_multilabel_(confusion_matrix|precision_recall_curve)_update",
+              op="aten.index"),
+        Label(INHERENT, "ignore_index: ignored positions dropped by a boolean index; inherent where the states keep "
+              "the values (thresholds=None); the bincount patch masks them out of binned counts",
+              function=r"_(binary|multiclass)_precision_recall_curve_format", op="aten.index", patch="bincount"),
+    ),
     targets=(
         Target(
             module=_DATA,
             qualname="_bincount",
             variants=(
-                Variant("1.0.0-1.2.0", "4d98ca107ae254e1", _build_bincount),
-                Variant("1.2.1-1.5.2", "92377986ae8ac6c4", _build_bincount),
-                Variant("1.6.0", "3b01983d96015e74", _build_bincount),
-                Variant("1.6.1-1.9.0", "844aca9a5b9bef1c", _build_bincount),
+                Variant(span("1.0.0", "1.2.0"), "4d98ca107ae254e1", _build_bincount),
+                Variant(span("1.2.1", "1.5.2"), "92377986ae8ac6c4", _build_bincount),
+                Variant(span("1.6.0"), "3b01983d96015e74", _build_bincount),
+                Variant(span("1.6.1", "1.9.0"), "844aca9a5b9bef1c", _build_bincount),
             ),
         ),
         Target(
             module=_STAT_FN,
             qualname="_multiclass_stat_scores_update",
             variants=(
-                Variant("1.0.0-1.0.2", "8f90619f8a069199", _build_stat_scores_update),
-                Variant("1.0.3-1.5.2", "cc69b1446ba8ac1d", _build_stat_scores_update),  # ``.long()`` in one-hot
-                Variant("1.6.0", "802f14a7fbdad54a", _build_stat_scores_update),
-                Variant("1.6.1-1.9.0", "3ea2f317da52f574", _build_stat_scores_update),  # top-k refinement
+                Variant(span("1.0.0", "1.0.2"), "8f90619f8a069199", _build_stat_scores_update),
+                Variant(span("1.0.3", "1.5.2"), "cc69b1446ba8ac1d", _build_stat_scores_update),  # ``.long()`` in one-hot
+                Variant(span("1.6.0"), "802f14a7fbdad54a", _build_stat_scores_update),
+                Variant(span("1.6.1", "1.9.0"), "3ea2f317da52f574", _build_stat_scores_update),  # top-k refinement
             ),
         ),
         Target(
             module=_STAT,
             qualname="MulticlassStatScores.__init__",
             variants=(
-                Variant("1.0.0-1.3.2", "ead29a8f403e378d", _build_stat_scores_init),
-                Variant("1.4.0-1.6.1", "d60c1e8678fee1e9", _build_stat_scores_init),
-                Variant("1.6.2-1.9.0", "c59cc4df5e8d0d72", _build_stat_scores_init),
+                Variant(span("1.0.0", "1.3.2"), "ead29a8f403e378d", _build_stat_scores_init),
+                Variant(span("1.4.0", "1.6.1"), "d60c1e8678fee1e9", _build_stat_scores_init),
+                Variant(span("1.6.2", "1.9.0"), "c59cc4df5e8d0d72", _build_stat_scores_init),
             ),
         ),
         Target(
             module=_STAT,
             qualname="MulticlassStatScores.update",
             variants=(
-                Variant("1.0.0-1.6.1", "e1900853e6588990", _build_update),
-                Variant("1.6.2-1.9.0", "ef20a94ad2300515", _build_update),
+                Variant(span("1.0.0", "1.6.1"), "e1900853e6588990", _build_update),
+                Variant(span("1.6.2", "1.9.0"), "ef20a94ad2300515", _build_update),
             ),
         ),
         # confusion matrices (and CohenKappa, JaccardIndex, MatthewsCorrCoef, which inherit update)
         Target(
             module=_CONFUSION,
             qualname="BinaryConfusionMatrix.__init__",
-            variants=(Variant("1.0.0-1.9.0", "7ba099cab47110b0", _build_init),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "7ba099cab47110b0", _build_init),),
         ),
         Target(
             module=_CONFUSION,
             qualname="BinaryConfusionMatrix.update",
-            variants=(Variant("1.0.0-1.9.0", "b2f754606cd4e4a6", _update_builder(_masked_binary_confusion)),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "b2f754606cd4e4a6", _update_builder(_masked_binary_confusion)),),
         ),
         Target(
             module=_CONFUSION,
             qualname="MulticlassConfusionMatrix.__init__",
-            variants=(Variant("1.0.0-1.9.0", "29762c8c5f96d503", _build_init),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "29762c8c5f96d503", _build_init),),
         ),
         Target(
             module=_CONFUSION,
             qualname="MulticlassConfusionMatrix.update",
-            variants=(Variant("1.0.0-1.9.0", "23bef959df184b10", _update_builder(_masked_multiclass_confusion)),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "23bef959df184b10", _update_builder(_masked_multiclass_confusion)),),
         ),
         Target(
             module=_CONFUSION,
             qualname="MultilabelConfusionMatrix.__init__",
-            variants=(Variant("1.0.0-1.9.0", "b2731403ab4206b0", _build_init),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "b2731403ab4206b0", _build_init),),
         ),
         Target(
             module=_CONFUSION,
             qualname="MultilabelConfusionMatrix.update",
-            variants=(Variant("1.0.0-1.9.0", "3f3b42ba24e9f8d1", _build_update),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "3f3b42ba24e9f8d1", _build_update),),
         ),
         Target(
             module=_CONFUSION_FN,
             qualname="_multilabel_confusion_matrix_update",
-            variants=(Variant("1.0.0-1.9.0", "4997f253d2970f13", _build_multilabel_confusion_update),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "4997f253d2970f13", _build_multilabel_confusion_update),),
         ),
         # precision-recall curves (and AUROC, AveragePrecision, ROC, EER, LogAUC, the X-at-fixed-Y
         # metrics, which inherit update and call this __init__)
@@ -680,55 +692,55 @@ PATCH = Patch(
             module=_CURVE,
             qualname="BinaryPrecisionRecallCurve.__init__",
             variants=(
-                Variant("1.0.0-1.5.2", "c5b97b8394d03730", _build_binned_init),
-                Variant("1.6.0-1.8.0", "0cdf5200cf31b55d", _build_binned_init),
-                Variant("1.8.1-1.9.0", "6b329de3598a57de", _build_binned_init),  # ``normalization``
+                Variant(span("1.0.0", "1.5.2"), "c5b97b8394d03730", _build_binned_init),
+                Variant(span("1.6.0", "1.8.0"), "0cdf5200cf31b55d", _build_binned_init),
+                Variant(span("1.8.1", "1.9.0"), "6b329de3598a57de", _build_binned_init),  # ``normalization``
             ),
         ),
         Target(
             module=_CURVE,
             qualname="BinaryPrecisionRecallCurve.update",
             variants=(
-                Variant("1.0.0-1.8.0", "02674c77bed29aef", _update_builder(_masked_binary_curve(False))),
-                Variant("1.8.1-1.9.0", "6814eb8e7e5368ef", _update_builder(_masked_binary_curve(True))),
+                Variant(span("1.0.0", "1.8.0"), "02674c77bed29aef", _update_builder(_masked_binary_curve(False))),
+                Variant(span("1.8.1", "1.9.0"), "6814eb8e7e5368ef", _update_builder(_masked_binary_curve(True))),
             ),
         ),
         Target(
             module=_CURVE,
             qualname="MulticlassPrecisionRecallCurve.__init__",
             variants=(
-                Variant("1.0.0-1.2.1", "971abe3e5455a244", _build_binned_init),
-                Variant("1.3.0.post0-1.5.2", "bee1076cd109a2dc", _build_binned_init),  # ``average``
-                Variant("1.6.0-1.9.0", "d30972bbbbf85410", _build_binned_init),
+                Variant(span("1.0.0", "1.2.1"), "971abe3e5455a244", _build_binned_init),
+                Variant(span("1.3.0.post0", "1.5.2"), "bee1076cd109a2dc", _build_binned_init),  # ``average``
+                Variant(span("1.6.0", "1.9.0"), "d30972bbbbf85410", _build_binned_init),
             ),
         ),
         Target(
             module=_CURVE,
             qualname="MulticlassPrecisionRecallCurve.update",
             variants=(
-                Variant("1.0.0-1.2.1", "1778e31925cf6aec", _update_builder(_masked_multiclass_curve(False))),
-                Variant("1.3.0.post0-1.9.0", "cf35778178fa22b0", _update_builder(_masked_multiclass_curve(True))),
+                Variant(span("1.0.0", "1.2.1"), "1778e31925cf6aec", _update_builder(_masked_multiclass_curve(False))),
+                Variant(span("1.3.0.post0", "1.9.0"), "cf35778178fa22b0", _update_builder(_masked_multiclass_curve(True))),
             ),
         ),
         Target(
             module=_CURVE,
             qualname="MultilabelPrecisionRecallCurve.__init__",
             variants=(
-                Variant("1.0.0-1.5.2", "5cce00d815a40892", _build_binned_init),
-                Variant("1.6.0-1.9.0", "9872269e27eaf88f", _build_binned_init),
+                Variant(span("1.0.0", "1.5.2"), "5cce00d815a40892", _build_binned_init),
+                Variant(span("1.6.0", "1.9.0"), "9872269e27eaf88f", _build_binned_init),
             ),
         ),
         Target(
             module=_CURVE,
             qualname="MultilabelPrecisionRecallCurve.update",
-            variants=(Variant("1.0.0-1.9.0", "7c78b38bb4cbe80d", _build_update),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "7c78b38bb4cbe80d", _build_update),),
         ),
         Target(
             module=_CURVE_FN,
             qualname="_multilabel_precision_recall_curve_update",
             variants=(
-                Variant("1.0.0-1.5.2", "85ee9dd3d59f6bc9", _build_multilabel_curve_update),
-                Variant("1.6.0-1.9.0", "5c026a2163afc4da", _build_multilabel_curve_update),  # annotation only
+                Variant(span("1.0.0", "1.5.2"), "85ee9dd3d59f6bc9", _build_multilabel_curve_update),
+                Variant(span("1.6.0", "1.9.0"), "5c026a2163afc4da", _build_multilabel_curve_update),  # annotation only
             ),
         ),
         Target(
@@ -736,7 +748,7 @@ PATCH = Patch(
             qualname="Metric.sync_context",
             # fingerprinted at run time with its ``@contextmanager`` line (tools/fingerprints.py,
             # which reads the ``def`` alone, shows 7148261789f9b169 for the same code)
-            variants=(Variant("1.0.0-1.9.0", "b1daa5d513bb285c", _build_sync_context),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "b1daa5d513bb285c", _build_sync_context),),
         ),
     ),
 )

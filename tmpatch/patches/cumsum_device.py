@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Optional
 
-from tmpatch.spec import Patch, Target, Variant
+from tmpatch.spec import INHERENT, Label, PATCHED, Patch, Target, Variant, since, span
 
 _MESSAGE_1_0_0 = (
     "You are trying to use a metric in deterministic mode on GPU that uses `torch.cumsum` which is currently"
@@ -53,17 +53,23 @@ def _builder(message: str) -> Callable[[ModuleType], Callable[..., Any]]:
 PATCH = Patch(
     name="cumsum_device",
     summary="deterministic-mode cumsum comes back to the input's GPU, not the current one",
-    known=">=1.0.0",
+    known=since("1.0.0"),
     upstream="#2608; fixed in 1.4.1 by PR #2636",
+    labels=(
+        Label(PATCHED, "deterministic _cumsum returns to the current GPU (#2608); fixed by the cumsum_device patch",
+              function="_cumsum", file="torchmetrics/utilities/data.py", kind="device mismatch"),
+        Label(INHERENT, "deterministic _cumsum falls back to the CPU (torch has no deterministic CUDA cumsum)",
+              function="_cumsum", kind=".* copy"),
+    ),
     targets=(
         Target(
             module="torchmetrics.utilities.data",
             qualname="_cumsum",
             variants=(
-                Variant("1.0.0-1.0.1", "0ac548a8ec839c7d", _builder(_MESSAGE_1_0_0)),
-                Variant("1.0.2-1.4.0.post0", "30360914fff754a6", _builder(_MESSAGE_1_0_2)),
-                Variant("1.4.1-1.6.0", "a31ceaadf0d3041d"),
-                Variant("1.6.1-1.9.0", "ae94888b645386a7"),
+                Variant(span("1.0.0", "1.0.1"), "0ac548a8ec839c7d", _builder(_MESSAGE_1_0_0)),
+                Variant(span("1.0.2", "1.4.0.post0"), "30360914fff754a6", _builder(_MESSAGE_1_0_2)),
+                Variant(span("1.4.1", "1.6.0"), "a31ceaadf0d3041d"),
+                Variant(span("1.6.1", "1.9.0"), "ae94888b645386a7"),
             ),
         ),
     ),

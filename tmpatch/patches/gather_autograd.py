@@ -17,7 +17,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, List
 
-from tmpatch.spec import Patch, Target, Variant
+from tmpatch.spec import Patch, Target, Variant, since, span
 
 
 def _build_simple(module: ModuleType) -> Callable[..., Any]:
@@ -51,24 +51,24 @@ def _build_gather(module: ModuleType) -> Callable[..., Any]:
 PATCH = Patch(
     name="gather_autograd",
     summary="gathered metric states keep the local rank's autograd graph",
-    known=">=1.0.0",
+    known=since("1.0.0"),
     upstream="#2745; fixed in 1.6.0 by PR #2754",
     targets=(
         Target(
             module="torchmetrics.utilities.distributed",
             qualname="_simple_gather_all_tensors",
             variants=(
-                Variant("1.0.0-1.5.2", "94db0822ce7563d9", _build_simple),
-                Variant("1.6.0-1.9.0", "811ba447d8bd721b"),
+                Variant(span("1.0.0", "1.5.2"), "94db0822ce7563d9", _build_simple),
+                Variant(span("1.6.0", "1.9.0"), "811ba447d8bd721b"),
             ),
         ),
         Target(
             module="torchmetrics.utilities.distributed",
             qualname="gather_all_tensors",
             variants=(
-                Variant("1.0.0-1.5.2", "d303e452a82b0edc", _build_gather),
-                Variant("1.6.0-1.8.2", "c677f69bb6977523"),
-                Variant("1.9.0", "bc3f9f86e5dc4800"),
+                Variant(span("1.0.0", "1.5.2"), "d303e452a82b0edc", _build_gather),
+                Variant(span("1.6.0", "1.8.2"), "c677f69bb6977523"),
+                Variant(span("1.9.0"), "bc3f9f86e5dc4800"),
             ),
         ),
     ),

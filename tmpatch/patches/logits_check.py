@@ -46,7 +46,7 @@ import logging
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple, Union
 
-from tmpatch.spec import Builder, Patch, Target, Variant
+from tmpatch.spec import Builder, Label, Patch, Target, UPSTREAM, Variant, since, span
 
 log = logging.getLogger("tmpatch")
 
@@ -316,81 +316,88 @@ PATCH = Patch(
     name="logits_check",
     summary="stat-score, confusion-matrix, precision-recall-curve formatters and the multiclass "
             "calibration update pick sigmoid/softmax on the device, without a sync",
-    known=">=1.0.0",
+    known=since("1.0.0"),
     upstream="fixed upstream in 1.6.1 (normalize_logits_if_needed, PR #2845)",
+    labels=(
+        Label(UPSTREAM, "the release's formatter reads the values to decide on a sigmoid or softmax (fixed upstream "
+              "in 1.6.1); see the logits_check patch",
+              function=r"_(binary|multilabel)_\w*format\w*|_multiclass_precision_recall_curve_format"
+                       r"|_multiclass_calibration_error_update",
+              op="aten._local_scalar_dense"),
+    ),
     targets=(
         Target(
             module=_STAT,
             qualname="_binary_stat_scores_format",
             variants=(
-                Variant("1.0.0-1.5.2", "37857f745517cc21", _build_binary),
-                Variant("1.6.0", "92601426b43ef741", _build_binary),  # ``tuple`` annotation only
-                Variant("1.6.1-1.9.0", "a297ae208bd0bc69"),
+                Variant(span("1.0.0", "1.5.2"), "37857f745517cc21", _build_binary),
+                Variant(span("1.6.0"), "92601426b43ef741", _build_binary),  # ``tuple`` annotation only
+                Variant(span("1.6.1", "1.9.0"), "a297ae208bd0bc69"),
             ),
         ),
         Target(
             module=_STAT,
             qualname="_multilabel_stat_scores_format",
             variants=(
-                Variant("1.0.0-1.5.2", "ffe5389c9ea8765a", _build_multilabel),
-                Variant("1.6.0", "77b460a96404f312", _build_multilabel),
-                Variant("1.6.1-1.9.0", "6f4c86c84bfb6e29"),
+                Variant(span("1.0.0", "1.5.2"), "ffe5389c9ea8765a", _build_multilabel),
+                Variant(span("1.6.0"), "77b460a96404f312", _build_multilabel),
+                Variant(span("1.6.1", "1.9.0"), "6f4c86c84bfb6e29"),
             ),
         ),
         Target(
             module=_CONFUSION,
             qualname="_binary_confusion_matrix_format",
             variants=(
-                Variant("1.0.0-1.5.2", "af734a55585421c7", _build_binary_confusion),
-                Variant("1.6.0", "b7af5997d4875998", _build_binary_confusion),  # annotation only
-                Variant("1.6.1-1.9.0", "bf379e83297ca7a2"),
+                Variant(span("1.0.0", "1.5.2"), "af734a55585421c7", _build_binary_confusion),
+                Variant(span("1.6.0"), "b7af5997d4875998", _build_binary_confusion),  # annotation only
+                Variant(span("1.6.1", "1.9.0"), "bf379e83297ca7a2"),
             ),
         ),
         Target(
             module=_CONFUSION,
             qualname="_multilabel_confusion_matrix_format",
             variants=(
-                Variant("1.0.0-1.5.2", "e33b78794afdec7e", _build_multilabel_confusion),
-                Variant("1.6.0", "d925b7f6b6970778", _build_multilabel_confusion),  # annotation only
-                Variant("1.6.1-1.9.0", "cf5cba04842a2f56"),
+                Variant(span("1.0.0", "1.5.2"), "e33b78794afdec7e", _build_multilabel_confusion),
+                Variant(span("1.6.0"), "d925b7f6b6970778", _build_multilabel_confusion),  # annotation only
+                Variant(span("1.6.1", "1.9.0"), "cf5cba04842a2f56"),
             ),
         ),
         Target(
             module=_CURVE,
             qualname="_binary_precision_recall_curve_format",
             variants=(
-                Variant("1.0.0-1.5.2", "d99368eaf7778d5e", _build_binary_curve),
-                Variant("1.6.0", "1f4443f231459b23", _build_binary_curve),  # annotation only
-                Variant("1.6.1-1.8.0", "9f54bb81bb7cf5f9"),
-                Variant("1.8.1-1.9.0", "c45424650b499165"),  # adds ``normalization``
+                Variant(span("1.0.0", "1.5.2"), "d99368eaf7778d5e", _build_binary_curve),
+                Variant(span("1.6.0"), "1f4443f231459b23", _build_binary_curve),  # annotation only
+                Variant(span("1.6.1", "1.8.0"), "9f54bb81bb7cf5f9"),
+                Variant(span("1.8.1", "1.9.0"), "c45424650b499165"),  # adds ``normalization``
             ),
         ),
         Target(
             module=_CURVE,
             qualname="_multiclass_precision_recall_curve_format",
             variants=(
-                Variant("1.0.0-1.2.1", "98924752dc1c3649", _multiclass_curve_builder(has_average=False)),
-                Variant("1.3.0.post0-1.5.2", "25f9956419d1a656", _multiclass_curve_builder(has_average=True)),
-                Variant("1.6.0", "337b4951bfd9a238", _multiclass_curve_builder(has_average=True)),  # annotation
-                Variant("1.6.1-1.9.0", "c5e8c0f7be88df8e"),
+                Variant(span("1.0.0", "1.2.1"), "98924752dc1c3649", _multiclass_curve_builder(has_average=False)),
+                Variant(span("1.3.0.post0", "1.5.2"), "25f9956419d1a656", _multiclass_curve_builder(has_average=True)),
+                Variant(span("1.6.0"), "337b4951bfd9a238", _multiclass_curve_builder(has_average=True)),  # annotation
+                Variant(span("1.6.1", "1.9.0"), "c5e8c0f7be88df8e"),
             ),
         ),
         Target(
             module=_CURVE,
             qualname="_multilabel_precision_recall_curve_format",
             variants=(
-                Variant("1.0.0-1.5.2", "5980e6dd69a6c76d", _build_multilabel_curve),
-                Variant("1.6.0", "27b1312b274223df", _build_multilabel_curve),  # annotation only
-                Variant("1.6.1-1.9.0", "b8a3cc1fc193f5aa"),
+                Variant(span("1.0.0", "1.5.2"), "5980e6dd69a6c76d", _build_multilabel_curve),
+                Variant(span("1.6.0"), "27b1312b274223df", _build_multilabel_curve),  # annotation only
+                Variant(span("1.6.1", "1.9.0"), "b8a3cc1fc193f5aa"),
             ),
         ),
         Target(
             module=_CALIBRATION,
             qualname="_multiclass_calibration_error_update",
             variants=(
-                Variant("1.0.0-1.5.2", "21b3a3e216134a63", _build_multiclass_calibration),
-                Variant("1.6.0", "0d8e9b5338493252", _build_multiclass_calibration),
-                Variant("1.6.1-1.9.0", "abff5124c3c9ccb7"),
+                Variant(span("1.0.0", "1.5.2"), "21b3a3e216134a63", _build_multiclass_calibration),
+                Variant(span("1.6.0"), "0d8e9b5338493252", _build_multiclass_calibration),
+                Variant(span("1.6.1", "1.9.0"), "abff5124c3c9ccb7"),
             ),
         ),
     ),

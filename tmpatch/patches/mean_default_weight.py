@@ -25,7 +25,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional
 
-from tmpatch.spec import Patch, Target, Variant
+from tmpatch.spec import Label, PATCHED, Patch, Target, Variant, since, span
 
 _SCALARS = (float, int, bool)
 
@@ -92,17 +92,22 @@ def _metric_dtype(metric: Any) -> Any:
 PATCH = Patch(
     name="mean_default_weight",
     summary="MeanMetric's default weight and Python-scalar inputs made on the device",
-    known=">=1.0.0",
+    known=since("1.0.0"),
     upstream="default weight fixed in 1.6.2 by PR #2943; scalar inputs not fixed upstream",
+    labels=(
+        Label(PATCHED, "Python scalar or default weight copied from the host; fixed by the mean_default_weight patch",
+              function="update|_cast_and_nan_check_input", file="torchmetrics/aggregation.py", op="aten._to_copy",
+              kind="host-to-device copy"),
+    ),
     targets=(
         Target(
             module="torchmetrics.aggregation",
             qualname="MeanMetric.update",
             variants=(
-                Variant("1.0.0", "6e3f5c74bfe0fd1f", _builder(1.0, _float32, body=False)),
-                Variant("1.0.1-1.3.1", "ce34105c60359a1f", _builder(1.0, _float32)),
-                Variant("1.3.2-1.6.1", "3d99c072344ed130", _builder(1.0, _metric_dtype)),
-                Variant("1.6.2-1.9.0", "d269d0596e64f1e5", _builder(None, _metric_dtype)),
+                Variant(span("1.0.0"), "6e3f5c74bfe0fd1f", _builder(1.0, _float32, body=False)),
+                Variant(span("1.0.1", "1.3.1"), "ce34105c60359a1f", _builder(1.0, _float32)),
+                Variant(span("1.3.2", "1.6.1"), "3d99c072344ed130", _builder(1.0, _metric_dtype)),
+                Variant(span("1.6.2", "1.9.0"), "d269d0596e64f1e5", _builder(None, _metric_dtype)),
             ),
         ),
     ),

@@ -50,7 +50,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from tmpatch import deferred, settings
-from tmpatch.spec import Patch, Target, Variant
+from tmpatch.spec import INHERENT, Label, PATCHED, Patch, Target, Variant, since, span
 
 log = logging.getLogger("tmpatch")
 
@@ -337,51 +337,57 @@ _R162 = _Release(one_argument=False, spelling="Encountered", metric_dtype=True, 
 PATCH = Patch(
     name="nan_check",
     summary="aggregators' NaN check without a device read in update(); warn/error at compute()",
-    known=">=1.0.0",
+    known=since("1.0.0"),
     upstream="not fixed upstream (1.6.2 added nan_strategy='disable'); corrects #3434",
+    labels=(
+        Label(INHERENT, "CatMetric drops NaN elements: its output size depends on the values",
+              function="check", file="tmpatch/patches/nan_check.py"),
+        Label(PATCHED, "NaN check `if nans.any()` in _cast_and_nan_check_input; fixed by the nan_check patch",
+              function="_cast_and_nan_check_input", file="torchmetrics/aggregation.py"),
+    ),
     targets=(
         Target(
             module=_AGGREGATION,
             qualname="BaseAggregator._cast_and_nan_check_input",
             variants=(
-                Variant("1.0.0", "d10df440b4c4be78", _build_check(_R100)),
-                Variant("1.0.1-1.2.0", "e9b5bcdbb4309ef8", _build_check(_R101)),
-                Variant("1.2.1-1.3.1", "0c46b319aa83b2ec", _build_check(_R121)),
-                Variant("1.3.2-1.5.2", "57f5be5ee23c9bcd", _build_check(_R132)),
-                Variant("1.6.0-1.6.1", "e6752bb759da4d33", _build_check(_R132)),
-                Variant("1.6.2-1.9.0", "17015515ea47b4b2", _build_check(_R162)),
+                Variant(span("1.0.0"), "d10df440b4c4be78", _build_check(_R100)),
+                Variant(span("1.0.1", "1.2.0"), "e9b5bcdbb4309ef8", _build_check(_R101)),
+                Variant(span("1.2.1", "1.3.1"), "0c46b319aa83b2ec", _build_check(_R121)),
+                Variant(span("1.3.2", "1.5.2"), "57f5be5ee23c9bcd", _build_check(_R132)),
+                Variant(span("1.6.0", "1.6.1"), "e6752bb759da4d33", _build_check(_R132)),
+                Variant(span("1.6.2", "1.9.0"), "17015515ea47b4b2", _build_check(_R162)),
             ),
         ),
         Target(
             module=_AGGREGATION,
             qualname="BaseAggregator.__init__",
             variants=(
-                Variant("1.0.0", "221235588f1ff7aa", _build_init),
-                Variant("1.0.1-1.5.2", "43fff28847911e95", _build_init),
-                Variant("1.6.0-1.6.1", "1cf117e37564600a", _build_init),
-                Variant("1.6.2-1.9.0", "11e17bf02b69c9a2", _build_init),
+                Variant(span("1.0.0"), "221235588f1ff7aa", _build_init),
+                Variant(span("1.0.1", "1.5.2"), "43fff28847911e95", _build_init),
+                Variant(span("1.6.0", "1.6.1"), "1cf117e37564600a", _build_init),
+                Variant(span("1.6.2", "1.9.0"), "11e17bf02b69c9a2", _build_init),
             ),
         ),
         Target(
             module=_AGGREGATION,
             qualname="BaseAggregator.compute",
             variants=(
-                Variant("1.0.0", "85b42ff72f29ecdf", _build_compute),
-                Variant("1.0.1-1.9.0", "f2b0172af761f632", _build_compute),
+                Variant(span("1.0.0"), "85b42ff72f29ecdf", _build_compute),
+                Variant(span("1.0.1", "1.9.0"), "f2b0172af761f632", _build_compute),
             ),
         ),
         Target(
             module=_AGGREGATION,
             qualname="MeanMetric.compute",
             variants=(
-                Variant("1.0.0", "8888ae936e8fc22e", _build_compute),
-                Variant("1.0.1-1.9.0", "0e7990db595bb0a9", _build_compute),
+                Variant(span("1.0.0"), "8888ae936e8fc22e", _build_compute),
+                Variant(span("1.0.1", "1.9.0"), "0e7990db595bb0a9", _build_compute),
             ),
         ),
         Target(
             module=_AGGREGATION,
             qualname="CatMetric.compute",
-            variants=(Variant("1.0.0-1.9.0", "923d5cb8d93483e9", _build_compute),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "923d5cb8d93483e9", _build_compute),),
         ),
         # ``Running`` is defined in torchmetrics.wrappers.running and imported by
         # torchmetrics.aggregation (every release): reached through the latter, all
@@ -390,8 +396,8 @@ PATCH = Patch(
             module=_AGGREGATION,
             qualname="Running.compute",
             variants=(
-                Variant("1.0.0-1.2.1", "57f7da02f224332a", _build_running_compute),
-                Variant("1.3.0-1.9.0", "061ad2176a0c789b", _build_running_compute),
+                Variant(span("1.0.0", "1.2.1"), "57f7da02f224332a", _build_running_compute),
+                Variant(span("1.3.0", "1.9.0"), "061ad2176a0c789b", _build_running_compute),
             ),
         ),
     ),

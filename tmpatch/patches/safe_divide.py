@@ -17,7 +17,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable
 
-from tmpatch.spec import Patch, Target, Variant
+from tmpatch.spec import Label, PATCHED, Patch, Target, Variant, since, span
 
 
 def _build_1_0(module: ModuleType) -> Callable[..., Any]:
@@ -87,20 +87,24 @@ def _build_1_6_2(module: ModuleType) -> Callable[..., Any]:
 PATCH = Patch(
     name="safe_divide",
     summary="zero-division value made on the device; the caller's denominator left untouched",
-    known=">=1.0.0",
+    known=since("1.0.0"),
     upstream="#2638, #3095; fixed in 1.9.0 by PR #3284",
+    labels=(
+        Label(PATCHED, "zero-division value copied from the host; fixed by the safe_divide patch",
+              function="_safe_divide", file="torchmetrics/utilities/compute.py"),
+    ),
     targets=(
         Target(
             module="torchmetrics.utilities.compute",
             qualname="_safe_divide",
             variants=(
-                Variant("1.0.0-1.3.2", "0e62cc1d6fb198c4", _build_1_0),
-                Variant("1.4.0-1.4.0.post0", "ae4b3c92c1cf40cb", _build_1_4_0),
-                Variant("1.4.1-1.6.1", "954abe7992a46ba4", _build_1_4_1),
-                Variant("1.6.2-1.7.1", "181ef5e1e741cc4d", _build_1_6_2),
+                Variant(span("1.0.0", "1.3.2"), "0e62cc1d6fb198c4", _build_1_0),
+                Variant(span("1.4.0", "1.4.0.post0"), "ae4b3c92c1cf40cb", _build_1_4_0),
+                Variant(span("1.4.1", "1.6.1"), "954abe7992a46ba4", _build_1_4_1),
+                Variant(span("1.6.2", "1.7.1"), "181ef5e1e741cc4d", _build_1_6_2),
                 # 1.7.2 only adds MPS's blocking copy: the same replacement serves
-                Variant("1.7.2-1.8.2", "7d926d5bf5873125", _build_1_6_2),
-                Variant("1.9.0", "7c522f23c2047f74"),
+                Variant(span("1.7.2", "1.8.2"), "7d926d5bf5873125", _build_1_6_2),
+                Variant(span("1.9.0"), "7c522f23c2047f74"),
             ),
         ),
     ),
