@@ -18,7 +18,8 @@ from tmpatch import settings
 from tmpatch.engine import Engine, PatchError
 from tmpatch.fingerprint import FingerprintError, fingerprint
 from tmpatch import spec
-from tmpatch.spec import Patch, Target, Variant
+from tmpatch import rewrite
+from tmpatch.spec import Patch, Rewrite, Target, Variant
 from tmpatch.report import PatchStatus, Report, State
 
 log = logging.getLogger("tmpatch")
@@ -36,6 +37,7 @@ class TmpatchWarning(UserWarning):
 
 _engine = Engine()
 _rows: Dict[str, Tuple[str, str]] = {}  # name -> (state, reason)
+_held: Dict[Tuple[str, str], Dict[str, Variant]] = {}  # target key -> applied patch -> its variant
 _pending: Set[str] = set()
 _warned_missing = False
 
@@ -54,9 +56,13 @@ def _names(value: Names, argument: str) -> Optional[List[str]]:
 
 
 def _select(patches: Names, exclude: Names) -> Tuple[List[str], List[str]]:
+    """The patches to apply, in catalogue order, with the ones they require (unless
+    excluded), and the ones left out."""
     chosen = _names(patches, "patches")
     left_out = _names(exclude, "exclude") or []
-    selected = [name for name in catalogue.NAMES if (chosen is None or name in chosen) and name not in left_out]
+    picked = {name for name in catalogue.NAMES if (chosen is None or name in chosen) and name not in left_out}
+    needed = {need for name in picked for need in catalogue.load(name).requires}
+    selected = [name for name in catalogue.NAMES if name in picked or (name in needed and name not in left_out)]
     excluded = [name for name in catalogue.NAMES if name not in selected]
     return selected, excluded
 
@@ -73,6 +79,15 @@ def _is_applied(name: str) -> bool:
     return _rows.get(name, (State.OFF, ""))[0] == State.APPLIED
 
 
+def _here(patch: Patch) -> List[Target]:
+    """The patch's targets that this release has (``Target.present``)."""
+    release = catalogue.release()
+    return [
+        t for t in patch.targets
+        if t.present is None or release is None or spec.contains(t.present, release)
+    ]
+
+
 # -- gating and installing -----------------------------------------------------
 def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
     """Decide what to do with ``patch`` on the loaded release: a state, its reason,
@@ -81,7 +96,7 @@ def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
     if release is not None and not spec.contains(patch.known, release):
         return State.UNSUPPORTED, f"written for torchmetrics {spec.describe(patch.known)}; this is {release}", []
     found: List[Tuple[Target, Variant]] = []
-    for target in patch.targets:
+    for target in _here(patch):
         try:
             obj = _engine.original(_key(target))
         except PatchError as exc:
@@ -122,6 +137,51 @@ def _common(found: List[Tuple[Target, Variant]]) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
+def _holders(key: Tuple[str, str]) -> Dict[str, Variant]:
+    """The applied patches that hold the target ``key`` (several only for edits), in catalogue order."""
+    held = _held.get(key, {})
+    return {name: held[name] for name in catalogue.NAMES if name in held}
+
+
+def _put(target: Target, patch: Patch, variant: Variant, sweep: bool) -> None:
+    """Install ``patch``'s replacement for ``target``; edits of several patches are joined."""
+    key = _key(target)
+    module = sys.modules[target.module]
+    holders = _holders(key)
+    if isinstance(variant.build, Rewrite):
+        others = [v for name, v in holders.items() if name != patch.name]
+        if any(not isinstance(v.build, Rewrite) for v in others):
+            raise PatchError(f"{target.path} is patched by {', '.join(holders)}, which does not edit it")
+        joined = {**holders, patch.name: variant}
+        edits = [joined[name].build for name in catalogue.NAMES if name in joined]
+        replacement = rewrite.replacement(_engine.original(key), module, edits)
+    else:
+        if holders and patch.name not in holders:
+            raise PatchError(f"{target.path} is patched by {', '.join(holders)} already")
+        assert variant.build is not None
+        replacement = variant.build(module)
+    layer = _engine.layer(key)
+    if layer is not None and layer.active:
+        _engine.swap(key, replacement)
+    else:
+        _engine.install(key, replacement, method="." in target.qualname, scope=_scope(target), sweep=sweep)
+    _held.setdefault(key, {})[patch.name] = variant
+
+
+def _take(target: Target, patch: Patch) -> str:
+    """Remove ``patch``'s part of ``target``: the layer goes with its last holder."""
+    key = _key(target)
+    held = _held.get(key, {})
+    held.pop(patch.name, None)
+    rest = _holders(key)
+    if rest:
+        module = sys.modules[target.module]
+        edits = [v.build for v in rest.values() if isinstance(v.build, Rewrite)]
+        _engine.swap(key, rewrite.replacement(_engine.original(key), module, edits))
+        return ""
+    return _engine.remove(key, scope=_scope(target))
+
+
 def _install(patch: Patch, sweep: bool) -> None:
     state, reason, found = _recognise(patch)
     if state == State.APPLIED:
@@ -130,16 +190,14 @@ def _install(patch: Patch, sweep: bool) -> None:
             for target, variant in found:
                 if variant.fixed:
                     continue
-                assert variant.build is not None
-                replacement = variant.build(sys.modules[target.module])
-                _engine.install(
-                    _key(target), replacement, method="." in target.qualname, scope=_scope(target), sweep=sweep
-                )
+                _put(target, patch, variant, sweep)
                 done.append(target)
         except Exception as exc:  # noqa: BLE001 - a patch must never break the program
             for target in done:
-                _engine.remove(_key(target), scope=_scope(target))
+                _take(target, patch)
             state, reason = State.FAILED, f"{type(exc).__name__}: {exc}; original left in place"
+    if state == State.APPLIED and patch.after_apply is not None:
+        patch.after_apply()
     if state == State.APPLIED:
         log.info("tmpatch: %s applied (%s)", patch.name, reason)
     elif state in State.PROBLEMS:
@@ -166,7 +224,7 @@ def _on_import(module: types.ModuleType) -> None:
     with _engine.lock, _engine.batch():
         for name in [n for n in catalogue.NAMES if n in _pending]:
             patch = catalogue.load(name)
-            if all(_loaded(target.module, module) for target in patch.targets):
+            if all(_loaded(target.module, module) for target in _here(patch)):
                 _pending.discard(name)
                 try:
                     _install(patch, sweep=True)
@@ -177,13 +235,13 @@ def _on_import(module: types.ModuleType) -> None:
 
 def _arm(patch: Patch) -> None:
     _pending.add(patch.name)
-    for target in patch.targets:
+    for target in _here(patch):
         if target.module not in sys.modules:
             _engine.arm(target.module, _on_import)
 
 
 def _disarm_unused() -> None:
-    needed = {t.module for name in _pending for t in catalogue.load(name).targets}
+    needed = {t.module for name in _pending for t in _here(catalogue.load(name))}
     for module_name in _engine.armed():
         if module_name not in needed:
             _engine.disarm(module_name)
@@ -225,7 +283,7 @@ def apply(
                 if _is_applied(name) or name in _pending:
                     continue
                 patch = catalogue.load(name)
-                if all(target.module in sys.modules for target in patch.targets):
+                if all(target.module in sys.modules for target in _here(patch)):
                     _install(patch, sweep=True)
                 else:
                     _arm(patch)
@@ -261,10 +319,12 @@ def revert(patches: Names = None) -> Report:
                 _rows[name] = (State.REVERTED, "reverted before torchmetrics was imported")
             elif _is_applied(name):
                 patch = catalogue.load(name)
-                residue = [_engine.remove(_key(t), scope=_scope(t)) for t in patch.targets]
+                residue = [_take(t, patch) for t in _here(patch)]
+                if patch.after_revert is not None:
+                    patch.after_revert()
                 note = "; ".join(r for r in residue if r)
                 _rows[name] = (State.REVERTED, note or "originals restored")
-            elif name in _rows:
+            elif name in _rows and _rows[name][0] != State.REVERTED:
                 del _rows[name]  # not-needed, mismatch, excluded ...: nothing of tmpatch is left
         _disarm_unused()
         return status()
@@ -278,6 +338,11 @@ def status() -> Report:
         for name in catalogue.NAMES:
             patch = catalogue.load(name)
             state, reason = _rows.get(name, (State.OFF, "not applied in this process"))
+            if state == State.REVERTED:
+                back = [place for t in patch.targets for place in _engine.lingering(_key(t))]
+                if back:
+                    reason = (f"{reason}; tmpatch's inactive wrapper is in {', '.join(back)} again (put back by "
+                              "another tool after revert): it calls the original")
             rows.append(PatchStatus(name, patch.target_text, state, reason, release))
         return Report(rows)
 

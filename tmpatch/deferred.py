@@ -1,129 +1,310 @@
-"""Deferred reports: a condition seen during ``update()`` is kept on the device
-and reported at the user's next ``compute()``.
+"""Deferred reports: a condition a patch sees during ``update()`` (NaN values, values out
+of range) is counted on the device and reported at the user's next ``compute()``.
 
-A check such as ``if torch.isnan(x).any(): warn(...)`` in ``update()`` reads a
-device value back to the host on every step. A :class:`Record` keeps a count
-instead: a 0-d int64 tensor registered as a *metric state* of the metric
-(``dist_reduce_fx="sum"``, not persistent), to which ``update()`` adds on the
-device, without a sync. Because it is a state, torchmetrics itself
+A check such as ``if torch.isnan(x).any(): warn(...)`` in ``update()`` reads a device
+value on every step. A patch calls :meth:`Record.add` instead: the count stays on the
+device, in a *book* that tmpatch keeps for the metric, outside the metric itself. It is
+no metric state: nothing of it is in ``state_dict()``, ``metric_state``,
+``merge_state``, pickles, copies or DDP collectives, and torchmetrics never sees it.
 
-* clears it in ``reset()``;
-* carries it through ``forward()`` (the batch-state reduction and the
-  full-state cache both include every state);
-* moves it with ``.to(device)`` and copies it with the metric;
-* sums it over ranks when ``compute()`` syncs the states in DDP, so a condition
-  seen on any rank is reported by every rank, consistently.
+The book's rules (the ``deferred_reports`` patch puts them in place):
 
-At ``compute()`` a patch calls :meth:`Record.take`: one device read, then the
-record starts afresh. ``forward()`` calls ``compute()`` internally for the batch
-value; :func:`explicit_compute` tells the two apart (``take`` returns 0 inside
-``forward()``). :func:`fail` raises from ``compute()`` without leaving the
-metric in its synced state.
+* a metric gets a book when it is built while the patch is applied (so do its clones
+  and unpickled copies, which start with nothing pending); a metric without one
+  reports at once, as the release does (:meth:`Record.deferred` is False);
+* the user's ``compute()`` reports what the books of the metric and of the metrics
+  inside it (wrappers, compositions) hold, once, after the release's compute and its
+  sync have finished on every rank, and clears them; a ``compute()`` made inside
+  ``forward()``, inside another metric's ``compute()`` or inside a wrapper's
+  ``update()`` reports nothing (:func:`internal`);
+* ``reset()`` by the user clears them; a reset torchmetrics makes inside ``forward()``
+  or a wrapper's ``update()`` does not;
+* an exception anywhere leaves them as they are, to be reported at the next
+  ``compute()``; ``revert()`` keeps them too (:func:`detach`).
 
-The record is attached when the metric is built (:meth:`Record.attach`); a
-metric built before tmpatch was applied has none, and :meth:`Record.has` lets
-the patch fall back to reporting at once.
+Each rank reports what it saw. The coalesced-sync patch, when it syncs a metric, sums
+the books over ranks in the same buffers as the states (:func:`local_records`,
+:func:`set_synced`); the report then covers every rank.
 """
 from __future__ import annotations
 
+import contextvars
 import logging
-from typing import Any, Sequence, Tuple
+import weakref
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 log = logging.getLogger("tmpatch")
 
-_PREFIX = "_tmpatch_"
-
-#: attribute set on the tensor a record is read from, so that the sync audit, which cannot
+#: attribute set on the tensor a book is read from, so that the sync audit, which cannot
 #: know device values, reads it as 0 ("nothing to report") instead of its usual guess
 AUDIT_TAG = "_tmpatch_record"
 
+#: > 0 while torchmetrics runs a metric's compute/reset for itself (inside forward(),
+#: another compute(), a wrapper's update()): no report, no clearing
+_internal: "contextvars.ContextVar[int]" = contextvars.ContextVar("tmpatch_internal", default=0)
 
-def explicit_compute(metric: Any) -> bool:
-    """Whether ``metric.compute()`` runs for the user, not inside ``forward()``.
+#: whether the deferred_reports patch is in effect (its forward/reset layers are in place)
+_live = False
 
-    Both ``Metric._forward_full_state_update`` and
-    ``Metric._forward_reduce_state_update`` (every release 1.0-1.9) set
-    ``_should_unsync = False`` around their internal ``compute()`` and back to
-    ``True`` afterwards.
-    """
-    return getattr(metric, "_should_unsync", True) is not False
+#: record key -> the Record (its reporter)
+_records: Dict[str, "Record"] = {}
 
 
-def fail(metric: Any, error: BaseException) -> None:
-    """Raise ``error`` from ``compute()``, restoring the local states first if
-    ``compute()`` synced them (torchmetrics' ``sync_context`` does not unsync
-    when the body raises, and a synced metric refuses further updates)."""
-    if getattr(metric, "_is_synced", False) and getattr(metric, "_cache", None) is not None:
-        metric.unsync()
-    raise error
+class Book:
+    """The pending counts of one metric: record key -> 0-d integer tensor on its device."""
+
+    __slots__ = ("ref", "counts", "synced", "stamp", "__weakref__")
+
+    def __init__(self, metric: Any) -> None:
+        self.ref = weakref.ref(metric)
+        self.counts: Dict[str, Any] = {}
+        self.synced: Optional[Dict[str, Any]] = None  # totals over ranks, from a coalesced sync
+        self.stamp: Optional[int] = None  # the update count at revert() (see detach)
+
+
+#: id(metric) -> its book (metrics built while deferred_reports is applied)
+_books: Dict[int, Book] = {}
+
+
+def book_of(metric: Any) -> Optional[Book]:
+    """The metric's book, or None (built before ``apply()``: reports at once)."""
+    book = _books.get(id(metric))
+    return book if book is not None and book.ref() is metric else None
+
+
+def open_book(metric: Any) -> Book:
+    """Give ``metric`` a book (idempotent); it goes with the metric."""
+    book = book_of(metric)
+    if book is None:
+        book = _books[id(metric)] = Book(metric)
+        weakref.finalize(metric, _forget, id(metric), weakref.ref(book))
+    return book
+
+
+def _forget(key: int, book: "weakref.ref[Book]") -> None:
+    if _books.get(key) is book():
+        del _books[key]
+
+
+def is_live() -> bool:
+    """Whether the deferred_reports patch is applied (its forward and reset layers are in place)."""
+    return _live
+
+
+def went_live() -> None:
+    """The deferred_reports patch is applied."""
+    global _live
+    _live = True
+
+
+def went_dormant() -> None:
+    """The deferred_reports patch is reverted: keep every pending report (:func:`detach`)."""
+    global _live
+    _live = False
+    for metric, book in pending_books():
+        detach(metric, book)
+
+
+def internal() -> bool:
+    """Whether torchmetrics itself is calling (inside forward(), a compute(), a wrapper's update())."""
+    return _internal.get() > 0
+
+
+class scope:
+    """``with scope():`` marks torchmetrics' own calls (no report, no clearing) inside."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        self._token = _internal.set(_internal.get() + 1)
+
+    def __exit__(self, *exc: Any) -> None:
+        _internal.reset(self._token)
+
+
+Reporter = Callable[[Any, List[Tuple[Any, int]], bool], None]
 
 
 class Record:
-    """A device-side count, kept as the metric state ``_tmpatch_<key>``."""
+    """One kind of deferred report (``nan``, ``bincount``): counts added during updates,
+    reported by ``reporter(top, [(metric, count), ...], all_ranks)`` at compute, where
+    ``top`` is the metric the user computed and the pairs are the metrics (``top`` or
+    metrics inside it) whose count is not zero; ``all_ranks``: the counts are sums over
+    the ranks of a coalesced sync."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, reporter: Reporter) -> None:
         self.key = key
-        self.name = _PREFIX + key
+        self.reporter = reporter
+        _records[key] = self
 
     def __repr__(self) -> str:
         return f"Record({self.key!r})"
 
-    def attach(self, metric: Any) -> None:
-        """Register the record on ``metric`` (call it from the metric's ``__init__``)."""
-        import torch
+    @staticmethod
+    def deferred(metric: Any) -> bool:
+        """Whether ``metric`` has a book (reports can wait for compute)."""
+        return book_of(metric) is not None
 
-        if self.name in metric._defaults:
-            return
-        device = getattr(metric, "device", None)
-        metric.add_state(
-            self.name, default=torch.zeros((), dtype=torch.int64, device=device),
-            dist_reduce_fx="sum", persistent=False,
-        )
+    def add(self, metric: Any, amount: Any) -> bool:
+        """Add ``amount`` (a device tensor, integer or bool) to the metric's count without
+        reading it. False (nothing added) when the metric has no book."""
+        book = _books.get(id(metric))
+        if book is None:
+            return False
+        counts = book.counts
+        old = counts.get(self.key)
+        counts[self.key] = amount.long() if old is None else old + amount
+        return True
 
-    def has(self, metric: Any) -> bool:
-        """Whether ``metric`` carries the record."""
-        defaults = getattr(metric, "_defaults", None)
-        return defaults is not None and self.name in defaults
 
-    def add(self, metric: Any, amount: Any) -> None:
-        """Add ``amount`` (a device tensor, or a Python number) to the record,
-        without reading anything back. ``metric`` must carry the record.
+def local_records(metric: Any) -> Dict[str, Any]:
+    """This metric's own pending counts (not those of metrics inside it): key -> 0-d
+    integer tensor on the metric's device; empty when none."""
+    book = book_of(metric)
+    return dict(book.counts) if book is not None else {}
 
-        ``add_state`` keeps a state in the instance dict: written there directly,
-        without ``Module.__setattr__`` (a few microseconds per update)."""
-        states = metric.__dict__
-        states[self.name] = states[self.name] + amount
 
-    def slots(self, window: int) -> Tuple[str, ...]:
-        """The names the ``Running`` wrapper gives the record's copies (``<name>_<i>``)."""
-        return tuple(f"{self.name}_{i}" for i in range(window))
+def set_synced(metric: Any, totals: Dict[str, Any]) -> None:
+    """The counts summed over the ranks of the sync that is running; the next report of
+    ``metric`` uses them (cleared with the counts)."""
+    book = book_of(metric)
+    if book is not None:
+        book.synced = dict(totals)
 
-    def take(self, metric: Any, names: Sequence[str] = ()) -> float:
-        """Read the record (one device read) and clear it; 0 inside ``forward()``.
 
-        ``names``: the states to read instead of the record itself (the copies a
-        wrapper keeps). In a synced ``compute()`` the local copies are cleared
-        too, so the record stays cleared after the states are unsynced.
-        """
-        if not explicit_compute(metric):
-            return 0.0
-        names = list(names) or [self.name]
-        values = [getattr(metric, name, None) for name in names]
-        present = [(n, v) for n, v in zip(names, values) if v is not None]
-        if not present:
-            return 0.0
-        total = present[0][1]
-        for _, value in present[1:]:
-            total = total + value
-        setattr(total, AUDIT_TAG, True)  # a simulated read (tmpatch.audit) returns 0 for it
-        amount = float(total)  # the one device read
-        if amount:
-            import torch
+def _metrics_in(metric: Any) -> Iterator[Any]:
+    """``metric`` and the metrics inside it (wrappers' base metrics, compositions' operands)."""
+    if not getattr(metric, "_modules", None):
+        yield metric
+        return
+    seen = set()
+    for module in metric.modules():
+        if id(module) not in seen and id(module) in _books:
+            seen.add(id(module))
+            yield module
 
-            cache = getattr(metric, "_cache", None) if getattr(metric, "_is_synced", False) else None
-            for name, value in present:
-                setattr(metric, name, torch.zeros_like(value))
-                if cache is not None and name in cache:
-                    cache[name] = torch.zeros_like(cache[name])
-            log.debug("tmpatch: %s of %s reported at compute: %g", self.key, type(metric).__name__, amount)
-        return amount
+
+def books_in(metric: Any) -> List[Book]:
+    """The books of ``metric`` and of the metrics inside it."""
+    return [book for book in (book_of(m) for m in _metrics_in(metric)) if book is not None]
+
+
+def count_once(book: Book, before: Dict[str, Any]) -> None:
+    """After a forward that ran ``update()`` twice on the same batch: keep half of what
+    the two added (rounded up), as if the batch was seen once."""
+    for key, now in list(book.counts.items()):
+        old = before.get(key)
+        if old is None:
+            book.counts[key] = (now + 1) // 2
+        elif now is not old:
+            book.counts[key] = old + (now - old + 1) // 2
+
+
+def start_compute(metric: Any) -> None:
+    """Before the user's compute: forget totals of an earlier sync (a forward's)."""
+    for book in books_in(metric):
+        book.synced = None
+
+
+def clear(metric: Any) -> None:
+    """Forget what the books of ``metric`` and of the metrics inside it hold."""
+    for inner in _metrics_in(metric):
+        book = book_of(inner)
+        if book is not None:
+            book.counts, book.synced, book.stamp = {}, None, None
+
+
+def settle(metric: Any) -> None:
+    """Report what the books of ``metric`` (and the metrics inside it) hold, then clear
+    them: one device read for all of them. Called after the user's ``compute()``."""
+    pending: List[Tuple[Any, Book]] = []
+    for inner in _metrics_in(metric):
+        book = book_of(inner)
+        if book is None or not (book.counts or book.synced):
+            continue
+        if book.stamp is not None and getattr(inner, "_update_count", 0) < book.stamp:
+            book.counts, book.synced, book.stamp = {}, None, None  # reset after revert(): nothing to report
+            continue
+        pending.append((inner, book))
+    if not pending:
+        return
+    import torch
+
+    keys: List[Tuple[Any, str, bool]] = []
+    values: List[Any] = []
+    for inner, book in pending:
+        source = book.synced if book.synced is not None else book.counts
+        for key, value in source.items():
+            keys.append((inner, key, book.synced is not None))
+            values.append(value)
+        book.counts, book.synced, book.stamp = {}, None, None  # cleared first: a raise leaves nothing
+    try:
+        devices = {v.device for v in values}
+        if len(devices) == 1:
+            total = torch.stack([v.long() for v in values])
+            setattr(total, AUDIT_TAG, True)
+            read = total.tolist()  # the one device read
+        else:
+            read = []
+            for v in values:
+                setattr(v, AUDIT_TAG, True)
+                read.append(int(v))
+    except Exception:  # noqa: BLE001 - never let bookkeeping break the user's compute
+        log.exception("tmpatch: could not read the deferred reports of %s", type(metric).__name__)
+        return
+    by_key: Dict[str, List[Tuple[Any, int]]] = {}
+    all_ranks: Dict[str, bool] = {}
+    for (inner, key, synced), count in zip(keys, read):
+        if count:
+            by_key.setdefault(key, []).append((inner, int(count)))
+            all_ranks[key] = all_ranks.get(key, True) and synced
+    errors: List[BaseException] = []
+    for key, found in by_key.items():
+        record = _records.get(key)
+        if record is None:
+            continue
+        try:
+            record.reporter(metric, found, all_ranks[key])
+        except Exception as exc:  # noqa: BLE001 - an error report: raised after the warnings
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+def detach(metric: Any, book: Book) -> None:
+    """At ``revert()``: keep a pending report of ``metric`` for its next ``compute()`` (its
+    compute layer stays with it), and recognise a later ``reset()``, whose hook is gone, by
+    the update count, which ``reset()`` sets to 0 and every update raises: the count is
+    checked at the next compute and, through a watch on the metric's own ``update``
+    attribute (never pickled or copied by torchmetrics), before each update until the
+    report is given."""
+    book.stamp = getattr(metric, "_update_count", 0)
+    states = getattr(metric, "__dict__", {})
+    inner = states.get("update")
+    if inner is None or getattr(inner, "_tmpatch_watch", False):
+        return
+
+    def update(*args: Any, **kwargs: Any) -> Any:
+        current = book_of(metric)
+        if current is None or current.stamp is None or not (current.counts or current.synced):
+            states["update"] = inner  # nothing left to watch
+        elif getattr(metric, "_update_count", 0) < current.stamp:
+            current.counts, current.synced, current.stamp = {}, None, None  # reset() since revert()
+            states["update"] = inner
+        else:
+            current.stamp = getattr(metric, "_update_count", 0)
+        return inner(*args, **kwargs)
+
+    update._tmpatch_watch = True  # type: ignore[attr-defined]
+    update.__wrapped__ = inner  # type: ignore[attr-defined]
+    states["update"] = update
+
+
+def pending_books() -> List[Tuple[Any, Book]]:
+    """Every live metric with something pending."""
+    out = []
+    for book in list(_books.values()):
+        metric = book.ref()
+        if metric is not None and (book.counts or book.synced):
+            out.append((metric, book))
+    return out

@@ -84,8 +84,11 @@ class Layer:
     original: Any
     wrapper: Any = None
     active: bool = False
+    replacement: Any = None
     places: List[Place] = field(default_factory=list)
     residue: str = ""
+    #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
+    watch: List[Place] = field(default_factory=list)
 
 
 def resolve(module_name: str, qualname: str) -> Tuple[Any, str, Any]:
@@ -285,20 +288,25 @@ class Engine:
         ``method``: the target is a function in a class body (``self`` is
         passed first). ``sweep``: look through every loaded module for
         references too (needed when the target's module was imported before).
+        When tmpatch's layer is still in the owner's wrap chain (under a
+        stranger's layer, or put back by a mock after a revert) it is re-armed
+        and the references that hold the original again are rebound to it.
         On any error nothing is left changed.
         """
         owner, attr, current = resolve(*key)
         layer = self._layers.get(key)
+        rearm = False
         if layer is not None and current is not layer.original:
             if any(obj is layer.wrapper for obj in _chain(current)):
-                # ours is still there (on top, or under a stranger's layer): re-arm it
-                layer.active, layer.residue = True, ""
-                return layer
-            layer = None  # the target was replaced since: start afresh
+                rearm = True  # ours is still there (on top, or under a stranger's layer)
+            else:
+                layer = None  # the target was replaced since: start afresh
         if layer is None:
             layer = Layer(key=key, original=current)
             layer.wrapper = self._wrap(layer, replacement, method)
-        places: List[Place] = [Place("attr", owner, attr)]
+        else:
+            layer.replacement = replacement
+        places: List[Place] = [] if rearm else [Place("attr", owner, attr)]
         if sweep and not method:
             places += [p for p in find_references({id(layer.original): layer.original}, scope, self._index)
                        if not (p.kind == "attr" and p.holder is owner and p.slot == attr)]
@@ -311,24 +319,54 @@ class Engine:
             for place in done:
                 place.set(layer.original)
             raise
-        layer.places = done
+        if rearm:
+            known = {(id(p.holder), p.kind, p.slot) for p in layer.places}
+            layer.places += [p for p in done if (id(p.holder), p.kind, p.slot) not in known]
+            if not any(p.kind == "attr" and p.holder is owner and p.slot == attr for p in layer.places):
+                layer.places.append(Place("attr", owner, attr))
+        else:
+            layer.places = done
         layer.active = True
         layer.residue = ""
         self._layers[key] = layer
         return layer
 
+    def swap(self, key: Key, replacement: Replacement) -> None:
+        """Give an installed layer another replacement (the wrapper and its places stay)."""
+        layer = self._layers.get(key)
+        if layer is None:
+            raise PatchError(f"{key[0]}.{key[1]} has no tmpatch layer")
+        layer.replacement = replacement
+
+    def lingering(self, key: Key) -> List[str]:
+        """After a removal: the places tmpatch's (inactive, pass-through) wrapper is in again,
+        or still in, such as a binding a mock put back on exit. Empty while the layer is active."""
+        layer = self._layers.get(key)
+        if layer is None or layer.active:
+            return []
+        found = []
+        for place in layer.watch:
+            try:
+                current = place.get()
+            except Exception:  # noqa: BLE001 - the holder changed shape
+                continue
+            if any(obj is layer.wrapper for obj in _chain(current)):
+                found.append(place.describe())
+        return found
+
     @staticmethod
     def _wrap(layer: Layer, replacement: Replacement, method: bool) -> Any:
         original = layer.original
+        layer.replacement = replacement
         if method:
             def call(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
                 if layer.active:
-                    return replacement(original, instance, *args, **kwargs)
+                    return layer.replacement(original, instance, *args, **kwargs)
                 return wrapped(*args, **kwargs)
         else:
             def call(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
                 if layer.active:
-                    return replacement(original, *args, **kwargs)
+                    return layer.replacement(original, *args, **kwargs)
                 return wrapped(*args, **kwargs)
         wrapper = wrapt.FunctionWrapper(original, call)
         wrapper._self_tmpatch_key = layer.key  # marks tmpatch's own layer
@@ -358,6 +396,7 @@ class Engine:
                     f"{place.describe()} is wrapped on top of tmpatch by {type(current).__name__}; "
                     "tmpatch's layer is left there as a pass-through"
                 )
+        layer.watch = places
         layer.places = []
         layer.residue = "; ".join(notes)
         for note in notes:

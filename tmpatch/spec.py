@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -68,16 +68,38 @@ def contains(releases: SpecifierSet, release: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Edit:
+    """In the release's function, the statements ``find`` (source text) are replaced by
+    ``replace`` (source text, may be empty): see :mod:`tmpatch.rewrite`."""
+
+    find: str
+    replace: str = ""
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A replacement made by editing the release's own function instead of wrapping it.
+
+    ``names(module)`` gives the objects the replacement statements use (called once,
+    when the target's module is loaded); their names must start with ``_tmpatch_``.
+    Several patches may edit one target: their edits are applied together."""
+
+    edits: Tuple[Edit, ...]
+    names: Optional[Callable[[ModuleType], Dict[str, Any]]] = None
+
+
+@dataclass(frozen=True)
 class Variant:
     """One upstream implementation of a target, recognised by its fingerprint.
 
-    ``build`` is ``None`` when this implementation already carries the
+    ``build`` is a :data:`Builder` (a wrapper), a :class:`Rewrite` (edits of the
+    release's function), or ``None`` when this implementation already carries the
     upstream fix: the patch is then *not-needed* on that release.
     """
 
     releases: SpecifierSet
     fingerprint: str
-    build: Optional[Builder] = None
+    build: Union[Builder, Rewrite, None] = None
 
     @property
     def fixed(self) -> bool:
@@ -86,11 +108,14 @@ class Variant:
 
 @dataclass(frozen=True)
 class Target:
-    """A function or method to replace: ``module`` and a dotted ``qualname``."""
+    """A function or method to replace: ``module`` and a dotted ``qualname``.
+    ``present``: the releases that have it (None: every release the patch knows);
+    on other releases the target is skipped, and must be absent."""
 
     module: str
     qualname: str
     variants: Tuple[Variant, ...]
+    present: Optional[SpecifierSet] = None
 
     @property
     def path(self) -> str:
@@ -159,6 +184,9 @@ class Patch:
     changes: str = ""
     labels: Tuple[Label, ...] = field(default=())
     requires: Tuple[str, ...] = field(default=())
+    #: called after the patch is applied / reverted (host-side bookkeeping, nothing wrapped)
+    after_apply: Optional[Callable[[], None]] = None
+    after_revert: Optional[Callable[[], None]] = None
 
     def __post_init__(self) -> None:
         named = tuple(

@@ -20,6 +20,7 @@ HOST = "torchmetrics"
 
 #: every patch name, in the order status() lists them
 NAMES = (
+    "deferred_reports",
     "safe_divide",
     "cumsum_device",
     "mean_default_weight",

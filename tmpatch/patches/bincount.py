@@ -105,7 +105,12 @@ from tmpatch.spec import INHERENT, Label, PATCHED, Patch, Target, Variant, since
 log = logging.getLogger("tmpatch")
 
 #: the record of values outside ``[0, minlength)`` seen by ``_bincount`` in updates
-RECORD = deferred.Record("bincount")
+def _report(top: Any, found: Any, all_ranks: bool) -> None:
+    count = sum(n for _, n in found)
+    raise RuntimeError(MESSAGE.format(count=count))
+
+
+RECORD = deferred.Record("bincount", _report)
 
 #: the metric whose ``update()`` is running (in this thread / task), if it carries the record
 _current: "contextvars.ContextVar[Any]" = contextvars.ContextVar("tmpatch_bincount_metric", default=None)
@@ -144,8 +149,7 @@ def _counter() -> Callable[..., Any]:
 
     zeros, where, int64 = torch.zeros, torch.where, torch.int64
     bincount = torch.bincount
-    states = "__dict__"
-    name = RECORD.name
+    add = RECORD.add
 
     def count(x: Any, minlength: int, metric: Any, keep: Any = None) -> Any:
         size = x.numel()
@@ -171,8 +175,9 @@ def _counter() -> Callable[..., Any]:
             out = zeros(minlength, dtype=int64, device=x.device).scatter_add_(0, index, inside.to(int64))
             bad = size - out.sum() if x.numel() else 0  # counted values never exceed size: no overflow
         if x.numel():
-            found = getattr(metric, states)
-            found[name] = found[name] + bad  # RECORD.add, inlined
+            if not isinstance(bad, torch.Tensor):
+                bad = torch.full((), bad, dtype=int64, device=x.device)
+            add(metric, bad)
         return out
 
     return count
@@ -496,57 +501,18 @@ def _masked_multiclass_curve(average: bool) -> Callable[[ModuleType], Masked]:
 
 
 # -- the metrics ------------------------------------------------------------------
-def _build_init(module: ModuleType) -> Callable[..., Any]:
-    """``__init__`` of a counting metric (stat scores, confusion matrices): attach the record."""
-
-    def __init__(original: Callable, self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        RECORD.attach(self)
-
-    return __init__
-
-
-def _build_stat_scores_init(module: ModuleType) -> Callable[..., Any]:
-    """``MulticlassStatScores.__init__``: attach the record where an update can count
-    (``top_k=1``, ``"global"``: ``_bincount`` unless ``average="micro"``, the masked
-    ``ignore_index`` path); the one-hot branches count nothing, so they read nothing
-    at ``compute()`` either."""
-
-    def __init__(original: Callable, self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if getattr(self, "top_k", 1) == 1 and getattr(self, "multidim_average", "global") == "global" and (
-            getattr(self, "average", None) != "micro" or getattr(self, "ignore_index", None) is not None
-        ):
-            RECORD.attach(self)
-
-    return __init__
-
-
-def _build_binned_init(module: ModuleType) -> Callable[..., Any]:
-    """``__init__`` of a precision-recall curve: attach the record to binned curves only
-    (``thresholds`` given); the others keep their states and the release's updates."""
-
-    def __init__(original: Callable, self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if getattr(self, "thresholds", None) is not None:
-            RECORD.attach(self)
-
-    return __init__
-
-
 def _update_builder(masked: Optional[Callable[[ModuleType], Masked]] = None) -> Callable[..., Any]:
     """A builder for a metric's ``update``: make the metric the one ``_bincount`` (and the
     counters above) record into. ``masked(module)``, if given, is the update by mask used
     when ``ignore_index`` is set; it returns False when the call is not one it handles
     (another argument form, shapes the formatter would reject)."""
-    defaults = "_defaults"
-    name = RECORD.name
+    deferred_ok = RECORD.deferred
 
     def build(module: ModuleType) -> Callable[..., Any]:
         by_mask = masked(module) if masked is not None else None
 
         def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-            if name not in getattr(self, defaults, ()):  # built before apply(), or unbinned: upstream
+            if not deferred_ok(self):  # built before apply(): upstream
                 return original(self, *args, **kwargs)
             token = _current.set(self)
             try:
@@ -567,23 +533,6 @@ def _update_builder(masked: Optional[Callable[[ModuleType], Masked]] = None) -> 
 _build_update = _update_builder()
 
 
-def _build_sync_context(module: ModuleType) -> Callable[..., Any]:
-    """``Metric.sync_context``: every release's ``compute()`` wrapper enters it
-    around the user's ``compute``; once states are synced, report the record."""
-    name = RECORD.name
-
-    @contextlib.contextmanager
-    def sync_context(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Iterator[None]:
-        with original(self, *args, **kwargs):
-            if name in getattr(self, "_defaults", ()):
-                count = RECORD.take(self)
-                if count:
-                    deferred.fail(self, RuntimeError(MESSAGE.format(count=int(count))))
-            yield
-
-    return sync_context
-
-
 _DATA = "torchmetrics.utilities.data"
 _STAT = "torchmetrics.classification.stat_scores"
 _STAT_FN = "torchmetrics.functional.classification.stat_scores"
@@ -599,7 +548,8 @@ PATCH = Patch(
         "torch.bincount's device read or the ignore_index removals; range errors at compute()"
     ),
     known=since("1.0.0"),
-    upstream="not fixed upstream (DESIGN.md §3)",
+    requires=("deferred_reports",),
+    upstream="not fixed upstream (ATen's CUDA bincount reads min and max to size its output)",
     labels=(
         Label(PATCHED, "CUDA torch.bincount reads the input's min and max to size its output; the bincount "
               "patch counts into fixed-size bins instead", function="_bincount", op="aten.bincount"),
@@ -635,15 +585,6 @@ PATCH = Patch(
         ),
         Target(
             module=_STAT,
-            qualname="MulticlassStatScores.__init__",
-            variants=(
-                Variant(span("1.0.0", "1.3.2"), "ead29a8f403e378d", _build_stat_scores_init),
-                Variant(span("1.4.0", "1.6.1"), "d60c1e8678fee1e9", _build_stat_scores_init),
-                Variant(span("1.6.2", "1.9.0"), "c59cc4df5e8d0d72", _build_stat_scores_init),
-            ),
-        ),
-        Target(
-            module=_STAT,
             qualname="MulticlassStatScores.update",
             variants=(
                 Variant(span("1.0.0", "1.6.1"), "e1900853e6588990", _build_update),
@@ -653,28 +594,13 @@ PATCH = Patch(
         # confusion matrices (and CohenKappa, JaccardIndex, MatthewsCorrCoef, which inherit update)
         Target(
             module=_CONFUSION,
-            qualname="BinaryConfusionMatrix.__init__",
-            variants=(Variant(span("1.0.0", "1.9.0"), "7ba099cab47110b0", _build_init),),
-        ),
-        Target(
-            module=_CONFUSION,
             qualname="BinaryConfusionMatrix.update",
             variants=(Variant(span("1.0.0", "1.9.0"), "b2f754606cd4e4a6", _update_builder(_masked_binary_confusion)),),
         ),
         Target(
             module=_CONFUSION,
-            qualname="MulticlassConfusionMatrix.__init__",
-            variants=(Variant(span("1.0.0", "1.9.0"), "29762c8c5f96d503", _build_init),),
-        ),
-        Target(
-            module=_CONFUSION,
             qualname="MulticlassConfusionMatrix.update",
             variants=(Variant(span("1.0.0", "1.9.0"), "23bef959df184b10", _update_builder(_masked_multiclass_confusion)),),
-        ),
-        Target(
-            module=_CONFUSION,
-            qualname="MultilabelConfusionMatrix.__init__",
-            variants=(Variant(span("1.0.0", "1.9.0"), "b2731403ab4206b0", _build_init),),
         ),
         Target(
             module=_CONFUSION,
@@ -690,15 +616,6 @@ PATCH = Patch(
         # metrics, which inherit update and call this __init__)
         Target(
             module=_CURVE,
-            qualname="BinaryPrecisionRecallCurve.__init__",
-            variants=(
-                Variant(span("1.0.0", "1.5.2"), "c5b97b8394d03730", _build_binned_init),
-                Variant(span("1.6.0", "1.8.0"), "0cdf5200cf31b55d", _build_binned_init),
-                Variant(span("1.8.1", "1.9.0"), "6b329de3598a57de", _build_binned_init),  # ``normalization``
-            ),
-        ),
-        Target(
-            module=_CURVE,
             qualname="BinaryPrecisionRecallCurve.update",
             variants=(
                 Variant(span("1.0.0", "1.8.0"), "02674c77bed29aef", _update_builder(_masked_binary_curve(False))),
@@ -707,27 +624,10 @@ PATCH = Patch(
         ),
         Target(
             module=_CURVE,
-            qualname="MulticlassPrecisionRecallCurve.__init__",
-            variants=(
-                Variant(span("1.0.0", "1.2.1"), "971abe3e5455a244", _build_binned_init),
-                Variant(span("1.3.0.post0", "1.5.2"), "bee1076cd109a2dc", _build_binned_init),  # ``average``
-                Variant(span("1.6.0", "1.9.0"), "d30972bbbbf85410", _build_binned_init),
-            ),
-        ),
-        Target(
-            module=_CURVE,
             qualname="MulticlassPrecisionRecallCurve.update",
             variants=(
                 Variant(span("1.0.0", "1.2.1"), "1778e31925cf6aec", _update_builder(_masked_multiclass_curve(False))),
                 Variant(span("1.3.0.post0", "1.9.0"), "cf35778178fa22b0", _update_builder(_masked_multiclass_curve(True))),
-            ),
-        ),
-        Target(
-            module=_CURVE,
-            qualname="MultilabelPrecisionRecallCurve.__init__",
-            variants=(
-                Variant(span("1.0.0", "1.5.2"), "5cce00d815a40892", _build_binned_init),
-                Variant(span("1.6.0", "1.9.0"), "9872269e27eaf88f", _build_binned_init),
             ),
         ),
         Target(
@@ -742,13 +642,6 @@ PATCH = Patch(
                 Variant(span("1.0.0", "1.5.2"), "85ee9dd3d59f6bc9", _build_multilabel_curve_update),
                 Variant(span("1.6.0", "1.9.0"), "5c026a2163afc4da", _build_multilabel_curve_update),  # annotation only
             ),
-        ),
-        Target(
-            module="torchmetrics.metric",
-            qualname="Metric.sync_context",
-            # fingerprinted at run time with its ``@contextmanager`` line (tools/fingerprints.py,
-            # which reads the ``def`` alone, shows 7148261789f9b169 for the same code)
-            variants=(Variant(span("1.0.0", "1.9.0"), "b1daa5d513bb285c", _build_sync_context),),
         ),
     ),
 )

@@ -1,0 +1,165 @@
+"""deferred_reports: where the reports that patches move out of ``update()`` are given.
+
+Not a defect of torchmetrics: the rules that let ``nan_check`` and ``bincount`` count
+what the release would report in ``update()`` (a device read each time) and report it
+at the user's next ``compute()`` instead, exactly once (:mod:`tmpatch.deferred`):
+
+* ``Metric._wrap_compute`` (and the unwrapping overrides of ``WrapperMetric``, 1.1.0+,
+  and ``CompositionalMetric``): a metric built while this patch is applied gets a book
+  and, around its own compute, a layer that reports and clears the books of the metric
+  and of the metrics inside it once the release's compute (and its sync) is done;
+* ``Metric.forward``: the compute and reset torchmetrics makes inside ``forward()``
+  report and clear nothing; a forward that runs ``update()`` twice (full-state update)
+  counts the batch once;
+* ``Metric.reset``: a reset by the user clears the books;
+* ``Running.update`` and ``Running.forward``: the base metric's reset inside them keeps
+  the books (the report waits for the wrapper's compute).
+
+Releases: 1.0.0-1.9.0 (two implementations of ``forward`` and ``reset``, three of
+``_wrap_compute``, one of the others). ``tmpatch.revert()`` keeps pending reports: the
+compute layer stays with the metrics built while applied (:func:`deferred.detach`).
+"""
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from tmpatch import deferred
+from tmpatch.spec import DEFERRED, Label, Patch, Target, Variant, since, span
+
+
+def _settling(metric: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
+    """The metric's compute, reporting its books after the release's compute is done."""
+
+    def compute(*args: Any, **kwargs: Any) -> Any:
+        if deferred.internal() or (not deferred.is_live() and getattr(metric, "_should_unsync", True) is False):
+            return inner(*args, **kwargs)  # torchmetrics' own call (after revert: forward's flag)
+        deferred.start_compute(metric)
+        with deferred.scope():
+            value = inner(*args, **kwargs)
+        deferred.settle(metric)
+        return value
+
+    try:
+        functools.update_wrapper(compute, inner)
+    except (AttributeError, TypeError):  # a callable without the usual attributes
+        compute.__wrapped__ = inner  # type: ignore[attr-defined]
+    return compute
+
+
+def _build_wrap_compute(module: ModuleType) -> Callable[..., Any]:
+    def _wrap_compute(original: Callable, self: Any, compute: Callable) -> Callable:
+        inner = original(self, compute)
+        deferred.open_book(self)
+        return _settling(self, inner)
+
+    return _wrap_compute
+
+
+def _full_state(metric: Any) -> bool:
+    """Whether ``Metric.forward`` runs ``update()`` twice (every release's condition)."""
+    full = getattr(metric, "full_state_update", None)
+    return full or full is None or bool(getattr(metric, "dist_sync_on_step", False))
+
+
+def _build_forward(module: ModuleType) -> Callable[..., Any]:
+    def forward(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        before: Optional[List[Tuple[deferred.Book, Dict[str, Any]]]] = None
+        if _full_state(self):
+            before = [(book, dict(book.counts)) for book in deferred.books_in(self)]
+        with deferred.scope():
+            result = original(self, *args, **kwargs)
+        if before:
+            for book, counts in before:
+                deferred.count_once(book, counts)
+        return result
+
+    return forward
+
+
+def _build_reset(module: ModuleType) -> Callable[..., Any]:
+    def reset(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if not deferred.internal():
+            deferred.clear(self)
+        return result
+
+    return reset
+
+
+def _build_internal(module: ModuleType) -> Callable[..., Any]:
+    """``Running.update``/``Running.forward``: they reset the base metric themselves."""
+
+    def method(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        with deferred.scope():
+            return original(self, *args, **kwargs)
+
+    return method
+
+
+_METRIC = "torchmetrics.metric"
+
+PATCH = Patch(
+    name="deferred_reports",
+    summary="gives the reports nan_check and bincount move out of update() at the user's next compute(), "
+            "once, after the sync; never inside forward()",
+    known=since("1.0.0"),
+    after_apply=deferred.went_live,
+    after_revert=deferred.went_dormant,
+    upstream="tmpatch's own: makes the deferred reports of other patches exact",
+    changes="a NaN or out-of-range report comes at compute(), once, on the rank that saw it "
+            "(on every rank with coalesced_sync); clones and pickles carry no pending report",
+    labels=(
+        Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
+              file="tmpatch/deferred.py"),
+    ),
+    targets=(
+        Target(
+            module=_METRIC,
+            qualname="Metric._wrap_compute",
+            variants=(
+                Variant(span("1.0.0", "1.2.1"), "1715a9ca799990bc", _build_wrap_compute),
+                Variant(span("1.3.0.post0", "1.4.0.post0"), "c8e984dd5691953e", _build_wrap_compute),
+                Variant(span("1.4.1", "1.9.0"), "13db1725dd4da7c4", _build_wrap_compute),
+            ),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="CompositionalMetric._wrap_compute",
+            variants=(Variant(span("1.0.0", "1.9.0"), "05f55ce13420b558", _build_wrap_compute),),
+        ),
+        Target(
+            module="torchmetrics.wrappers.abstract",
+            qualname="WrapperMetric._wrap_compute",
+            variants=(Variant(span("1.1.0", "1.9.0"), "05f55ce13420b558", _build_wrap_compute),),
+            present=since("1.1.0"),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric.forward",
+            variants=(
+                Variant(span("1.0.0", "1.6.1"), "5137161859288369", _build_forward),
+                Variant(span("1.6.2", "1.9.0"), "2ea471ed4d896124", _build_forward),
+            ),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric.reset",
+            variants=(
+                Variant(span("1.0.0", "1.3.2"), "718dd05530d14777", _build_reset),
+                Variant(span("1.4.0", "1.9.0"), "26a400138ffbd9ed", _build_reset),
+            ),
+        ),
+        Target(
+            module="torchmetrics.wrappers.running",
+            qualname="Running.update",
+            variants=(Variant(span("1.0.0", "1.9.0"), "7edd255b4e36c7db", _build_internal),),
+        ),
+        Target(
+            module="torchmetrics.wrappers.running",
+            qualname="Running.forward",
+            variants=(Variant(span("1.0.0", "1.9.0"), "4b5a6dd36ee40cec", _build_internal),),
+        ),
+    ),
+)

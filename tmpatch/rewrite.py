@@ -1,0 +1,152 @@
+"""Edits of a function's own code: the release's function with a few statements changed.
+
+Where a defect sits inside a function (an ``if`` on a device value in the middle of a
+formatter), wrapping the function cannot remove it and a copy of its body would put
+code tmpatch has not fingerprinted in the release's place. :func:`rewrite` takes the
+function's source as installed, replaces the statements an :class:`Edit` names
+(matched on their syntax tree, so formatting and comments do not matter; each must be
+found exactly once) and compiles the result in the function's own module namespace,
+with its defaults, name and line numbers (tracebacks point at the release's file). The
+rest of the function is the release's code, unchanged. Knows nothing of torchmetrics.
+"""
+from __future__ import annotations
+
+import __future__
+import ast
+import inspect
+import textwrap
+import types
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+
+_FUTURE_FLAGS = 0
+for _feature in __future__.all_feature_names:
+    _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+
+
+class RewriteError(ValueError):
+    """The function cannot be rewritten as asked (a statement not found, or found twice)."""
+
+
+def _statements(source: str) -> List[ast.stmt]:
+    return ast.parse(textwrap.dedent(source)).body
+
+
+def _same(a: ast.AST, b: ast.AST) -> bool:
+    return ast.dump(a, annotate_fields=False) == ast.dump(b, annotate_fields=False)
+
+
+def _blocks(node: ast.AST) -> List[Tuple[ast.AST, str]]:
+    """Every statement list in ``node``: ``(owner, field)``."""
+    found = []
+    for owner in ast.walk(node):
+        for name in ("body", "orelse", "finalbody"):
+            value = getattr(owner, name, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                found.append((owner, name))
+        for handler in getattr(owner, "handlers", ()) or ():
+            found.append((handler, "body"))
+    return found
+
+
+def _apply(function: ast.FunctionDef, edit: Any) -> None:
+    wanted = _statements(edit.find)
+    if not wanted:
+        raise RewriteError("an edit must name at least one statement")
+    spots = []
+    for owner, name in _blocks(function):
+        block = getattr(owner, name)
+        for start in range(len(block) - len(wanted) + 1):
+            if all(_same(block[start + i], wanted[i]) for i in range(len(wanted))):
+                spots.append((block, start))
+    if len(spots) != 1:
+        where = "not found" if not spots else f"found {len(spots)} times"
+        raise RewriteError(f"{function.name}: statement {edit.find.strip().splitlines()[0]!r} {where}")
+    block, start = spots[0]
+    first = block[start]
+    new = _statements(edit.replace) if edit.replace.strip() else []
+    for statement in new:
+        ast.copy_location(statement, first)
+        for child in ast.walk(statement):
+            if hasattr(child, "lineno"):
+                ast.copy_location(child, first)
+    block[start:start + len(wanted)] = new
+    if not block:
+        block.append(ast.copy_location(ast.Pass(), first))
+
+
+def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapping[str, Any]] = None
+            ) -> types.FunctionType:
+    """``func`` with ``edits`` applied: a new function of the same module, defaults and name.
+
+    ``edits``: objects with ``find`` and ``replace`` source texts (:class:`tmpatch.spec.Edit`).
+    ``names``: objects the replacement statements use (bound as closure variables, so the
+    module's namespace is not touched). Raises :class:`RewriteError` when an edit does not
+    match exactly once, and for functions it cannot rebuild faithfully (closures, decorators).
+    """
+    if not isinstance(func, types.FunctionType):
+        raise RewriteError(f"{func!r} is not a Python function")
+    code = func.__code__
+    if code.co_freevars:
+        raise RewriteError(f"{func.__qualname__} is a closure ({', '.join(code.co_freevars)})")
+    try:
+        source = textwrap.dedent(inspect.getsource(func))
+    except (OSError, TypeError) as exc:
+        raise RewriteError(f"no source for {func.__qualname__}: {exc}") from None
+    tree = ast.parse(source)
+    function = tree.body[0] if tree.body else None
+    if not isinstance(function, ast.FunctionDef) or function.name != func.__name__:
+        raise RewriteError(f"the source of {func.__qualname__} is not one plain function")
+    if function.decorator_list:
+        raise RewriteError(f"{func.__qualname__} is decorated")
+    for edit in edits:
+        _apply(function, edit)
+    ast.increment_lineno(tree, code.co_firstlineno - 1)
+    helpers = dict(names or {})
+    clash = set(helpers) & (set(code.co_varnames) | set(code.co_names))
+    if clash:
+        raise RewriteError(f"{func.__qualname__} already uses the name(s) {', '.join(sorted(clash))}")
+    # a factory whose parameters are the helpers: the edited function closes over them
+    module = ast.parse(f"def __tmpatch_rewrite__({', '.join(helpers)}):\n    return {function.name}\n")
+    factory = module.body[0]
+    factory.body.insert(0, function)
+    for node in ast.walk(module):
+        if node is not function and not any(node is n for n in ast.walk(function)) and hasattr(node, "lineno"):
+            ast.copy_location(node, function)
+    namespace: Dict[str, Any] = {}
+    flags = code.co_flags & _FUTURE_FLAGS  # e.g. ``from __future__ import annotations`` of the release's module
+    compiled = compile(module, code.co_filename, "exec", flags=flags, dont_inherit=True)
+    exec(compiled, func.__globals__, namespace)  # noqa: S102 - the release's own code, edited
+    new = namespace["__tmpatch_rewrite__"](*helpers.values())
+    new.__defaults__ = func.__defaults__
+    new.__kwdefaults__ = func.__kwdefaults__
+    new.__qualname__ = func.__qualname__
+    new.__module__ = func.__module__
+    new.__doc__ = func.__doc__
+    new.__dict__.update(func.__dict__)
+    new.__wrapped__ = func  # type: ignore[attr-defined]
+    return new
+
+
+def replacement(original: Callable[..., Any], module: Any, rewrites: Sequence[Any]) -> Callable[..., Any]:
+    """A replacement for the engine (``replacement(original, *args, **kwargs)``) that runs
+    ``original`` with the edits of every one of ``rewrites`` (:class:`tmpatch.spec.Rewrite`)
+    applied together; the helpers each rewrite's ``names(module)`` gives are bound as
+    closure variables (names starting with ``_tmpatch_``, unique across the rewrites)."""
+    edits: List[Any] = []
+    names: Dict[str, Any] = {}
+    for item in rewrites:
+        edits.extend(item.edits)
+        given = dict(item.names(module)) if item.names is not None else {}
+        odd = [n for n in given if not n.startswith("_tmpatch_")]
+        clash = set(given) & set(names)
+        if odd or clash:
+            raise RewriteError(f"helper names must start with _tmpatch_ and be unique: {sorted(set(odd) | clash)}")
+        names.update(given)
+    edited = rewrite(original, edits, names)
+
+    def run(release: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return edited(*args, **kwargs)
+
+    run.edited = edited  # type: ignore[attr-defined]
+    return run
