@@ -1,0 +1,146 @@
+"""bincount: counting updates without ``torch.bincount``'s device read or boolean removals.
+
+Defect: on CUDA, ``torch.bincount`` reads the input's minimum and maximum back to the
+host to size its output (two syncs per call), and ``torchmetrics.utilities.data._bincount``
+runs on every ``update()`` of multiclass stat scores (Accuracy, Precision, Recall, F1,
+FBeta, Specificity, HammingDistance, NegativePredictiveValue, StatScores with
+``top_k=1``, ``"global"``, ``average`` not ``"micro"``), of the binary, multiclass and
+multilabel confusion matrices (and CohenKappa, JaccardIndex, MatthewsCorrCoef) and of
+binned precision-recall curves (and AUROC, AveragePrecision, ROC and the X-at-fixed-Y
+metrics). With ``ignore_index`` the same updates remove ignored positions with a
+boolean index (a sync each); the multilabel ones do so even without it. In
+deterministic mode upstream counts with an N x minlength mesh instead. Not fixed
+upstream (1.9.0 included).
+
+Repair, without a copy of the release's code (the release's functions run, wrapped,
+and two statements of five functions are edited: ``tmpatch.rewrite``):
+
+* ``metrics.py``: the class ``update`` marks a *recorded update* (a metric with a
+  deferred-report book; binned curves only);
+* ``formatters.py``: the formatters' removal of ignored positions becomes a mark;
+* ``updates.py``: the update functions are handed inputs in which ignored and invalid
+  positions cannot count (negative codes, or a fixed value whose count is taken off);
+* ``counting.py``: ``_bincount`` counts into ``minlength`` bins on the device.
+
+Invalid values — a target or label prediction outside the valid classes — are left out
+of every count (the states are the release's on the valid positions alone) and
+reported once, at the next ``compute()`` (``deferred_reports``). Upstream raises in
+``update()`` for some of them (a negative value; a class >= ``num_classes`` in the
+last row) and silently counts the others into neighbouring cells (a binary target 2
+in a binned curve lands in the next threshold's counts; a multilabel target 2 adds a
+false positive to the next label). ``TMPATCH_BINCOUNT=eager`` keeps the release's
+behaviour throughout. Not covered (the release's code runs): the functional API,
+compute-time callers, metrics built before ``apply()``, unbinned curves (their states
+keep the values), stat scores with ``top_k > 1`` or ``"samplewise"`` (no removal, no
+``_bincount``). The formatters' logits check before 1.6.1 is ``logits_check``'s edit of
+the same functions.
+
+Releases: 1.0.0-1.9.0 (four implementations of ``_bincount``, of
+``_multiclass_stat_scores_update``, up to four of each formatter and update function).
+"""
+from __future__ import annotations
+
+from tmpatch.patches.bincount import counting, formatters, metrics, updates
+from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, since, span
+
+_DATA = "torchmetrics.utilities.data"
+_STAT = "torchmetrics.classification.stat_scores"
+_STAT_FN = "torchmetrics.functional.classification.stat_scores"
+_CONFUSION = "torchmetrics.classification.confusion_matrix"
+_CONFUSION_FN = "torchmetrics.functional.classification.confusion_matrix"
+_CURVE = "torchmetrics.classification.precision_recall_curve"
+_CURVE_FN = "torchmetrics.functional.classification.precision_recall_curve"
+
+
+def _one(module: str, qualname: str, *variants: Variant) -> Target:
+    return Target(module=module, qualname=qualname, variants=variants)
+
+
+PATCH = Patch(
+    name="bincount",
+    summary="CUDA torch.bincount reads min and max to size its output, and ignore_index removes positions with a "
+            "boolean index, in every multiclass stat-score, confusion-matrix and binned-curve update",
+    known=since("1.0.0"),
+    upstream="not fixed upstream (ATen's CUDA bincount sizes its output from the data)",
+    changes="a target or label prediction outside the valid classes is left out of the counts and reported once "
+            "at the next compute() (upstream raises in update() or miscounts it)",
+    requires=("deferred_reports",),
+    labels=(
+        Label(PATCHED, "CUDA torch.bincount reads the input's min and max to size its output; the bincount "
+              "patch counts into fixed-size bins instead", function="_bincount", op="aten.bincount"),
+        Label(PATCHED, "ignore_index: ignored positions dropped by a boolean index before counting; the bincount "
+              "patch leaves them out of the counts instead",
+              function=r"_multiclass_stat_scores_update|_(binary|multiclass)_confusion_matrix_format"
+                       r"|_multilabel_(confusion_matrix|precision_recall_curve)_update",
+              op="aten.index"),
+        Label(INHERENT, "ignore_index: ignored positions dropped by a boolean index; inherent where the states keep "
+              "the values (thresholds=None); the bincount patch leaves them out of binned counts",
+              function=r"_(binary|multiclass)_precision_recall_curve_format", op="aten.index", patch="bincount"),
+    ),
+    targets=(
+        _one(_DATA, "_bincount",
+             Variant(span("1.0.0", "1.2.0"), "4d98ca107ae254e1", counting.build_bincount),
+             Variant(span("1.2.1", "1.5.2"), "92377986ae8ac6c4", counting.build_bincount),
+             Variant(span("1.6.0"), "3b01983d96015e74", counting.build_bincount),
+             Variant(span("1.6.1", "1.9.0"), "844aca9a5b9bef1c", counting.build_bincount)),
+        # multiclass stat scores (Accuracy, Precision, Recall, F1, ... inherit update)
+        _one(_STAT, "MulticlassStatScores.update",
+             Variant(span("1.0.0", "1.6.1"), "e1900853e6588990", metrics.build_update),
+             Variant(span("1.6.2", "1.9.0"), "ef20a94ad2300515", metrics.build_update)),
+        _one(_STAT_FN, "_multiclass_stat_scores_update",
+             Variant(span("1.0.0", "1.0.2"), "8f90619f8a069199", updates.build_stat_scores_update),
+             Variant(span("1.0.3", "1.5.2"), "cc69b1446ba8ac1d", updates.build_stat_scores_update),
+             Variant(span("1.6.0"), "802f14a7fbdad54a", updates.build_stat_scores_update),
+             Variant(span("1.6.1", "1.9.0"), "3ea2f317da52f574", updates.build_stat_scores_update)),
+        # confusion matrices (CohenKappa, JaccardIndex, MatthewsCorrCoef inherit update)
+        _one(_CONFUSION, "BinaryConfusionMatrix.update",
+             Variant(span("1.0.0", "1.9.0"), "b2f754606cd4e4a6", metrics.build_update)),
+        _one(_CONFUSION, "MulticlassConfusionMatrix.update",
+             Variant(span("1.0.0", "1.9.0"), "23bef959df184b10", metrics.build_update)),
+        _one(_CONFUSION, "MultilabelConfusionMatrix.update",
+             Variant(span("1.0.0", "1.9.0"), "3f3b42ba24e9f8d1", metrics.build_update)),
+        _one(_CONFUSION_FN, "_binary_confusion_matrix_format",
+             Variant(span("1.0.0", "1.5.2"), "af734a55585421c7", formatters.KEEP_IGNORED),
+             Variant(span("1.6.0"), "b7af5997d4875998", formatters.KEEP_IGNORED),
+             Variant(span("1.6.1", "1.9.0"), "bf379e83297ca7a2", formatters.KEEP_IGNORED)),
+        _one(_CONFUSION_FN, "_multiclass_confusion_matrix_format",
+             Variant(span("1.0.0", "1.5.2"), "c739e24d7cdc0801", formatters.KEEP_IGNORED),
+             Variant(span("1.6.0", "1.9.0"), "a2ca606903c4d0d0", formatters.KEEP_IGNORED)),
+        _one(_CONFUSION_FN, "_binary_confusion_matrix_update",
+             Variant(span("1.0.0", "1.9.0"), "77c56c52094d11cf", updates.build_binary_confusion_update)),
+        _one(_CONFUSION_FN, "_multiclass_confusion_matrix_update",
+             Variant(span("1.0.0", "1.9.0"), "ca9e3e1c27758b54", updates.build_multiclass_confusion_update)),
+        _one(_CONFUSION_FN, "_multilabel_confusion_matrix_update",
+             Variant(span("1.0.0", "1.9.0"), "4997f253d2970f13", updates.MULTILABEL_CONFUSION)),
+        # binned precision-recall curves (AUROC, AveragePrecision, ROC, EER, LogAUC, the X-at-fixed-Y
+        # metrics inherit update)
+        _one(_CURVE, "BinaryPrecisionRecallCurve.update",
+             Variant(span("1.0.0", "1.8.0"), "02674c77bed29aef", metrics.build_curve_update),
+             Variant(span("1.8.1", "1.9.0"), "6814eb8e7e5368ef", metrics.build_curve_update)),
+        _one(_CURVE, "MulticlassPrecisionRecallCurve.update",
+             Variant(span("1.0.0", "1.2.1"), "1778e31925cf6aec", metrics.build_curve_update),
+             Variant(span("1.3.0.post0", "1.9.0"), "cf35778178fa22b0", metrics.build_curve_update)),
+        _one(_CURVE, "MultilabelPrecisionRecallCurve.update",
+             Variant(span("1.0.0", "1.9.0"), "7c78b38bb4cbe80d", metrics.build_curve_update)),
+        _one(_CURVE_FN, "_binary_precision_recall_curve_format",
+             Variant(span("1.0.0", "1.5.2"), "d99368eaf7778d5e", formatters.KEEP_IGNORED),
+             Variant(span("1.6.0"), "1f4443f231459b23", formatters.KEEP_IGNORED),
+             Variant(span("1.6.1", "1.8.0"), "9f54bb81bb7cf5f9", formatters.KEEP_IGNORED),
+             Variant(span("1.8.1", "1.9.0"), "c45424650b499165", formatters.KEEP_IGNORED)),
+        _one(_CURVE_FN, "_multiclass_precision_recall_curve_format",
+             Variant(span("1.0.0", "1.2.1"), "98924752dc1c3649", formatters.KEEP_IGNORED),
+             Variant(span("1.3.0.post0", "1.5.2"), "25f9956419d1a656", formatters.KEEP_IGNORED_AND_CLASSES),
+             Variant(span("1.6.0"), "337b4951bfd9a238", formatters.KEEP_IGNORED_AND_CLASSES),
+             Variant(span("1.6.1", "1.9.0"), "c5e8c0f7be88df8e", formatters.KEEP_IGNORED_AND_CLASSES)),
+        _one(_CURVE_FN, "_binary_precision_recall_curve_update",
+             Variant(span("1.0.0", "1.5.2"), "e1ab1b2d8deb2168", updates.build_binary_curve_update),
+             Variant(span("1.6.0", "1.9.0"), "f0f0ec6270b7da95", updates.build_binary_curve_update)),
+        _one(_CURVE_FN, "_multiclass_precision_recall_curve_update",
+             Variant(span("1.0.0", "1.2.1"), "375945c4aec1ab7a", updates.build_multiclass_curve_update),
+             Variant(span("1.3.0.post0", "1.5.2"), "0c602746dd8fe0a4", updates.build_multiclass_curve_update_average),
+             Variant(span("1.6.0", "1.9.0"), "367132df6772a098", updates.build_multiclass_curve_update_average)),
+        _one(_CURVE_FN, "_multilabel_precision_recall_curve_update",
+             Variant(span("1.0.0", "1.5.2"), "85ee9dd3d59f6bc9", updates.MULTILABEL_CURVE),
+             Variant(span("1.6.0", "1.9.0"), "5c026a2163afc4da", updates.MULTILABEL_CURVE)),
+    ),
+)

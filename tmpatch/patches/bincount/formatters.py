@@ -1,0 +1,67 @@
+"""Edits of the release's formatters: ignored positions stay in place during a recorded update.
+
+The binary and multiclass confusion-matrix and precision-recall-curve formatters drop
+``target == ignore_index`` with a boolean index (``preds = preds[idx]``: a
+data-dependent shape, one sync each on CUDA). Inside a recorded update the two
+statements become :func:`unremoved`: the positions stay, marked for the update
+wrappers (``updates.py``) to leave out of the counts; everywhere else it removes them
+as the release does. Ignored float ``preds`` are set to 0, a value in [0, 1], so the
+formatter's "logits or probabilities?" decision is taken on the kept values alone, as
+after the removal; ignored targets become class 0, so a one-hot encoding accepts them.
+
+The multiclass curve formatter with ``average="micro"`` (1.3.0+) one-hot encodes the
+target itself: :func:`classes` takes out-of-range targets first (reported, left out).
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Dict, Tuple
+
+from tmpatch.patches.bincount.counting import current
+from tmpatch.spec import Edit, Rewrite
+
+_REMOVAL = "preds = preds[idx]\ntarget = target[idx]\n"
+_ONE_HOT = "target = torch.nn.functional.one_hot(target, num_classes=num_classes).flatten()\n"
+
+
+def unremoved(preds: Any, target: Any, keep: Any) -> Tuple[Any, Any]:
+    """``preds[keep], target[keep]`` (the release's removal), or, in a recorded update,
+    ``preds`` and ``target`` with every position, the ignored ones marked."""
+    update = current.get()
+    if update is None:
+        return preds[keep], target[keep]
+    update.ignored = ~keep
+    if preds.is_floating_point():
+        rows = keep if preds.dim() == keep.dim() else keep.unsqueeze(-1)  # (N, C) multiclass rows
+        preds = preds.masked_fill(~rows, 0)
+    return preds, target.masked_fill(~keep, 0)
+
+
+def classes(target: Any, num_classes: int) -> Any:
+    """``target`` for ``one_hot``; in a recorded update, out-of-range classes are reported
+    and replaced by class 0, their rows marked to be left out."""
+    update = current.get()
+    if update is None:
+        return target
+    invalid = (target < 0) | (target >= num_classes)
+    update.bad(invalid)
+    update.drop = invalid
+    return target.masked_fill(invalid, 0)
+
+
+def _names(module: ModuleType) -> Dict[str, Any]:
+    return {"_tmpatch_unremoved": unremoved, "_tmpatch_classes": classes}
+
+
+#: the boolean removal of ignored positions, kept in place during recorded updates
+KEEP_IGNORED = Rewrite((Edit(_REMOVAL, "preds, target = _tmpatch_unremoved(preds, target, idx)"),), _names)
+
+#: the same, and the micro one-hot of the multiclass curve formatter (1.3.0+)
+KEEP_IGNORED_AND_CLASSES = Rewrite(
+    (
+        Edit(_REMOVAL, "preds, target = _tmpatch_unremoved(preds, target, idx)"),
+        Edit(_ONE_HOT, "target = torch.nn.functional.one_hot(_tmpatch_classes(target, num_classes), "
+                       "num_classes=num_classes).flatten()"),
+    ),
+    _names,
+)

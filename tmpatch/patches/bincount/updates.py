@@ -1,0 +1,225 @@
+"""Wrappers (and two edits) of the release's update functions: counts without the positions
+that are ignored or not valid classes, with no boolean removal and no device read.
+
+In a recorded update (``counting.current``) each wrapper finds the positions to leave
+out (ignored, marked by the formatter edit; invalid: a target or label prediction
+outside the valid classes, reported at compute) and hands the release's own function
+inputs in which those positions cannot count:
+
+* where the release counts with ``_bincount`` (confusion matrices, multiclass stat
+  scores), their target becomes -1 and their prediction 0, so their codes are
+  negative, and ``_bincount`` (which the wrapper vouches to) leaves them out;
+* the micro stat scores and the binned curves count without ``_bincount`` as well (a
+  loop over thresholds for large batches): there the positions get a fixed value
+  (curves: score ``-inf`` and target 0, below every threshold) and the wrapper
+  subtracts what they added from the release's result, an exact integer correction;
+* the multilabel update functions remove negative codes themselves (``codes[codes >=
+  0]``): that statement is edited into :func:`multilabel_codes`, which marks the
+  positions to leave out with code -1 and leaves every other code as it was.
+
+Outside a recorded update every function is the release's, unchanged.
+"""
+from __future__ import annotations
+
+import math
+from types import ModuleType
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from tmpatch.patches.bincount.counting import Update, current
+from tmpatch.spec import Edit, Rewrite
+
+
+def _left_out(update: Update, valid: Any) -> Any:
+    """Report the invalid positions that are not ignored; return every position to leave out."""
+    ignored, update.ignored = update.ignored, None
+    if ignored is None:
+        invalid = ~valid
+        update.bad(invalid)
+        return invalid
+    update.bad(~(valid | ignored))
+    return ignored | ~valid
+
+
+def _classes(x: Any, count: int) -> Any:
+    return (x >= 0) & (x < count)
+
+
+def _binary(x: Any) -> Any:
+    return (x == 0) | (x == 1)
+
+
+def build_stat_scores_update(module: ModuleType) -> Callable[..., Any]:
+    """``_multiclass_stat_scores_update``, ``top_k=1`` and ``"global"`` (the one-hot
+    branches, which neither remove nor count with ``_bincount``, stay the release's)."""
+    import torch
+
+    where = torch.where
+
+    def _multiclass_stat_scores_update(
+        original: Callable, preds: Any, target: Any, num_classes: int, top_k: int = 1,
+        average: Optional[str] = "macro", multidim_average: str = "global", ignore_index: Optional[int] = None,
+    ) -> Tuple[Any, Any, Any, Any]:
+        update = current.get()
+        if update is None or multidim_average == "samplewise" or top_k != 1 or type(num_classes) is not int:
+            return original(preds, target, num_classes, top_k, average, multidim_average, ignore_index)
+        valid = _classes(target, num_classes) & _classes(preds, num_classes)
+        if ignore_index is not None:
+            update.ignored = target == ignore_index
+        out = _left_out(update, valid)
+        target, preds = where(out, -1, target.long()), where(out, 0, preds.long())
+        if average == "micro":  # each left-out position added one false positive and one false negative
+            tp, fp, tn, fn = original(preds, target, num_classes, top_k, average, multidim_average, None)
+            n = out.sum()
+            return tp, fp - n, tn - (num_classes - 2) * n, fn - n
+        update.vouch = True
+        return original(preds, target, num_classes, top_k, average, multidim_average, None)
+
+    return _multiclass_stat_scores_update
+
+
+def build_binary_confusion_update(module: ModuleType) -> Callable[..., Any]:
+    """``_binary_confusion_matrix_update(preds, target)``: codes ``2 * target + preds``."""
+    import torch
+
+    where = torch.where
+
+    def _binary_confusion_matrix_update(original: Callable, preds: Any, target: Any) -> Any:
+        update = current.get()
+        if update is None:
+            return original(preds, target)
+        out = _left_out(update, _binary(target) & _binary(preds))
+        update.vouch = True
+        return original(where(out, 0, preds.long()), where(out, -1, target.long()))
+
+    return _binary_confusion_matrix_update
+
+
+def build_multiclass_confusion_update(module: ModuleType) -> Callable[..., Any]:
+    """``_multiclass_confusion_matrix_update(preds, target, num_classes)``: codes
+    ``target * num_classes + preds``."""
+    import torch
+
+    where = torch.where
+
+    def _multiclass_confusion_matrix_update(original: Callable, preds: Any, target: Any, num_classes: int) -> Any:
+        update = current.get()
+        if update is None or type(num_classes) is not int or preds.shape != target.shape:
+            return original(preds, target, num_classes)
+        out = _left_out(update, _classes(target, num_classes) & _classes(preds, num_classes))
+        update.vouch = True
+        return original(where(out, 0, preds.long()), where(out, -1, target.long()), num_classes)
+
+    return _multiclass_confusion_matrix_update
+
+
+def build_binary_curve_update(module: ModuleType) -> Callable[..., Any]:
+    """``_binary_precision_recall_curve_update(preds, target, thresholds)``, binned: left-out
+    positions score ``-inf`` with target 0 (a true negative at every threshold), then
+    come off ``[:, 0, 0]``."""
+    import torch
+
+    where = torch.where
+
+    def _binary_precision_recall_curve_update(original: Callable, preds: Any, target: Any, thresholds: Any) -> Any:
+        update = current.get()
+        if update is None or thresholds is None:
+            return original(preds, target, thresholds)
+        out = _left_out(update, _binary(target))
+        state = original(where(out, -math.inf, preds), where(out, 0, target), thresholds)
+        state[:, 0, 0] -= out.sum()
+        return state
+
+    return _binary_precision_recall_curve_update
+
+
+def _multiclass_curve(average: bool) -> Callable[[ModuleType], Callable[..., Any]]:
+    """``_multiclass_precision_recall_curve_update``, binned; ``average`` (1.3.0+): micro
+    flattens (the formatter one-hot encoded the target, the rows come ``num_classes``
+    at a time). A left-out row scores ``-inf`` for every class with target 0: a false
+    negative of class 0 and a true negative of the others, at every threshold."""
+
+    def build(module: ModuleType) -> Callable[..., Any]:
+        import torch
+
+        where = torch.where
+
+        def run(original: Callable, preds: Any, target: Any, num_classes: int, thresholds: Any,
+                extra: Tuple[Any, ...]) -> Any:
+            update = current.get()
+            if update is None or thresholds is None or type(num_classes) is not int:
+                return original(preds, target, num_classes, thresholds, *extra)
+            if extra and extra[0] == "micro":
+                if update.ignored is None and update.drop is None:
+                    return original(preds, target, num_classes, thresholds, *extra)  # nothing to leave out
+                rows = update.ignored if update.ignored is not None else torch.zeros_like(target[::num_classes],
+                                                                                         dtype=torch.bool)
+                if update.drop is not None:
+                    rows = rows | update.drop
+                update.ignored = update.drop = None
+                out = rows.unsqueeze(1).expand(-1, num_classes).reshape(-1)
+                state = original(where(out, -math.inf, preds), where(out, 0, target), num_classes, thresholds, *extra)
+                state[:, 0, 0] -= out.sum()
+                return state
+            out = _left_out(update, _classes(target, num_classes))
+            state = original(where(out.unsqueeze(1), -math.inf, preds), where(out, 0, target), num_classes,
+                             thresholds, *extra)
+            n = out.sum()
+            state[:, 0, 1, 0] -= n
+            state[:, 1:, 0, 0] -= n
+            return state
+
+        if average:
+            def _multiclass_precision_recall_curve_update(original: Callable, preds: Any, target: Any,
+                                                          num_classes: int, thresholds: Any,
+                                                          average: Optional[str] = None) -> Any:
+                return run(original, preds, target, num_classes, thresholds, (average,))
+        else:
+            def _multiclass_precision_recall_curve_update(original: Callable, preds: Any, target: Any,
+                                                          num_classes: int, thresholds: Any) -> Any:
+                return run(original, preds, target, num_classes, thresholds, ())
+
+        return _multiclass_precision_recall_curve_update
+
+    return build
+
+
+build_multiclass_curve_update = _multiclass_curve(average=False)
+build_multiclass_curve_update_average = _multiclass_curve(average=True)
+
+
+# -- the multilabel update functions: their removal of negative codes, edited -------------
+def multilabel_codes(codes: Any, preds: Any, target: Any, fill: int) -> Any:
+    """``codes[codes >= 0]`` (the release), or in a recorded update every code, with -1 for
+    the entries to leave out: ignored ones (the formatter set preds and target to ``fill``)
+    and invalid ones (target, or label ``preds`` when given, not 0 or 1; reported)."""
+    update = current.get()
+    if update is None:
+        return codes[codes >= 0]
+    valid = _binary(target) if preds is None else _binary(target) & _binary(preds)
+    ignored = target == fill
+    if preds is not None:
+        ignored &= preds == fill
+    update.bad(~(valid | ignored))
+    if codes.dim() == valid.dim() + 1:  # the curve's codes: one per threshold
+        valid = valid.unsqueeze(-1).expand_as(codes)
+    else:  # the confusion matrix's codes, flattened
+        valid = valid.reshape(codes.shape)
+    update.vouch = True
+    return codes.where(valid, -1).flatten()
+
+
+def _names(module: ModuleType) -> Dict[str, Any]:
+    return {"_tmpatch_multilabel_codes": multilabel_codes}
+
+
+_NEGATIVES = "unique_mapping = unique_mapping[unique_mapping >= 0]\n"
+
+MULTILABEL_CONFUSION = Rewrite(
+    (Edit(_NEGATIVES, "unique_mapping = _tmpatch_multilabel_codes(unique_mapping, preds, target, -4 * num_labels)"),),
+    _names,
+)
+MULTILABEL_CURVE = Rewrite(
+    (Edit(_NEGATIVES, "unique_mapping = _tmpatch_multilabel_codes(unique_mapping, None, target, "
+                      "-4 * num_labels * len_t)"),),
+    _names,
+)
