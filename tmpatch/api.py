@@ -11,10 +11,10 @@ import logging
 import sys
 import types
 import warnings
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, Iterable, List, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
-from tmpatch import settings
+from tmpatch import selection, settings
 from tmpatch.engine import Engine, PatchError
 from tmpatch.fingerprint import FingerprintError, fingerprint
 from tmpatch import spec
@@ -40,31 +40,6 @@ _rows: Dict[str, Tuple[str, str]] = {}  # name -> (state, reason)
 _held: Dict[Tuple[str, str], Dict[str, Variant]] = {}  # target key -> applied patch -> its variant
 _pending: Set[str] = set()
 _warned_missing = False
-
-
-def _names(value: Names, argument: str) -> Optional[List[str]]:
-    if value is None:
-        return None
-    items = [value] if isinstance(value, str) else list(value)
-    unknown = [item for item in items if item not in catalogue.NAMES]
-    if unknown:
-        raise ValueError(
-            f"tmpatch: unknown patch name(s) in {argument}: {', '.join(map(repr, unknown))}; "
-            f"valid names: {', '.join(catalogue.NAMES)}"
-        )
-    return items
-
-
-def _select(patches: Names, exclude: Names) -> Tuple[List[str], List[str]]:
-    """The patches to apply, in catalogue order, with the ones they require (unless
-    excluded), and the ones left out."""
-    chosen = _names(patches, "patches")
-    left_out = _names(exclude, "exclude") or []
-    picked = {name for name in catalogue.NAMES if (chosen is None or name in chosen) and name not in left_out}
-    needed = {need for name in picked for need in catalogue.load(name).requires}
-    selected = [name for name in catalogue.NAMES if name in picked or (name in needed and name not in left_out)]
-    excluded = [name for name in catalogue.NAMES if name not in selected]
-    return selected, excluded
 
 
 def _scope(target: Target) -> str:
@@ -248,25 +223,22 @@ def _disarm_unused() -> None:
 
 
 # -- public API ---------------------------------------------------------------
-def apply(
-    patches: Names = None, *, exclude: Names = None, strict: bool = False,
-    nan_check: Optional[str] = None, bincount: Optional[str] = None,
-) -> Report:
+def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False, **policies: str) -> Report:
     """Apply tmpatch's patches (all, or the ``patches`` named, less ``exclude``).
 
     Idempotent and thread-safe: applying twice leaves one layer. Before
     torchmetrics is imported nothing is imported: the patches arm post-import
     hooks and take effect on import. A patch whose target is not recognised is
     left alone and its row says why; with ``strict=True`` that raises
-    :class:`TmpatchError` (the other patches stay applied). ``nan_check`` and
-    ``bincount`` set those patches' policies (:mod:`tmpatch.settings`; a bad
-    value is a ``ValueError`` naming the valid ones). Returns the report.
+    :class:`TmpatchError` (the other patches stay applied). ``policies``:
+    one keyword per run-time policy of :data:`tmpatch.settings.POLICIES`
+    (``nan_check="eager"``, ``bincount="eager"`` ...). Every argument is
+    checked before anything changes (``TypeError``/``ValueError`` naming the
+    valid ones). Returns the report.
     """
     global _warned_missing
-    for name, value in (("nan_check", nan_check), ("bincount", bincount)):
-        if value is not None:
-            settings.set_policy(name, value)
-    selected, excluded = _select(patches, exclude)
+    selected, excluded, chosen_policies = selection.check_apply(patches, exclude, strict, policies)
+    settings.policy.update(chosen_policies)
     with _engine.lock:
         if not catalogue.installed():
             message = "tmpatch: torchmetrics is not installed; the patches are armed in case it is imported later"
@@ -293,11 +265,9 @@ def apply(
                     _rows[name] = (State.PENDING, reason)
         report = status()
     if strict:
-        problems = [row for row in report if row.name in selected and row.state in State.PROBLEMS]
+        problems = report.problems(selected)
         if problems:
-            raise TmpatchError(
-                "tmpatch: could not apply " + "; ".join(f"{r.name} ({r.state}: {r.reason})" for r in problems)
-            )
+            raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
     return report
 
 
@@ -309,7 +279,7 @@ def revert(patches: Names = None) -> Report:
     never unwrapped: tmpatch's own layer then stays as a pass-through and the
     row's reason says so. ``apply()`` works again afterwards.
     """
-    chosen = _names(patches, "patches")
+    chosen = selection.names(patches, "tmpatch.revert(patches=...)")
     with _engine.lock, _engine.batch():
         for name in catalogue.NAMES:
             if chosen is not None and name not in chosen:

@@ -21,7 +21,7 @@ from typing import List, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: every release where a target's code changed (DESIGN.md §1), and the ones the
+#: every release where a target's code changed (tools/fingerprints.py shows them), and the ones the
 #: core issue names
 RELEASES = (
     "1.0.0", "1.0.1", "1.0.2", "1.0.3", "1.2.1", "1.3.2", "1.4.0", "1.4.1",
