@@ -9,6 +9,7 @@ import tmpatch
 from tests.conftest import assert_bitwise
 from tmpatch import deferred
 from tmpatch import settings as tm_settings
+from tmpatch.patches import nominal_bincount as patch
 from torchmetrics import nominal as N
 from torchmetrics.functional import nominal as F
 
@@ -26,6 +27,7 @@ def _policy():
     tm_settings.policy["bincount"] = "deferred"
     yield
     tm_settings.policy["bincount"] = "deferred"
+    patch.CPU_FAST = True
 
 
 def _apply(**kwargs) -> None:
@@ -94,8 +96,8 @@ def _cases(draw):
 
 
 @settings(max_examples=10, deadline=None)
-@given(_cases(), st.booleans())
-def test_tables_and_results_equal_the_releases(case, forward):
+@given(_cases(), st.booleans(), st.booleans())
+def test_tables_and_results_equal_the_releases(case, forward, cpu_fast):
     classes, strategy, replace, batches = case
     tmpatch.revert()
     expected = {name: _build(name, classes, nan_strategy=strategy, nan_replace_value=replace) for name in CLASSES}
@@ -103,6 +105,7 @@ def test_tables_and_results_equal_the_releases(case, forward):
         for p, t in batches:
             metric.update(p, t)
     _apply()
+    patch.CPU_FAST = cpu_fast  # False: the counting path that CUDA takes
     for name, want in expected.items():
         metric = _build(name, classes, nan_strategy=strategy, nan_replace_value=replace)
         for p, t in batches:
@@ -114,13 +117,15 @@ def test_tables_and_results_equal_the_releases(case, forward):
 
 
 # -- values outside the categories ----------------------------------------------------------------
+@pytest.mark.parametrize("cpu_fast", [True, False])
 @pytest.mark.parametrize("bad", ["negative", "too large"])
-def test_a_category_outside_the_table_is_left_out_and_reported_at_compute(bad):
+def test_a_category_outside_the_table_is_left_out_and_reported_at_compute(bad, cpu_fast):
     preds = torch.tensor([0, 1, 2, 3, 1])
     target = torch.tensor([0, 1, 2, -1 if bad == "negative" else 4, 1])
     with pytest.raises(RuntimeError):  # upstream: bincount's error, or the reshape after it, in update()
         N.CramersV(num_classes=4).update(preds, target)
     _apply()
+    patch.CPU_FAST = cpu_fast
     metric = N.CramersV(num_classes=4)
     metric.update(preds, target)
     assert _pending(metric) == 1
