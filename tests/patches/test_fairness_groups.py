@@ -61,6 +61,11 @@ def test_update_is_sync_free_on_simulated_cuda(kind):
         patch.CPU_FAST = cpu_fast
         patched = audit(_build(kind, 8, validate_args=False).update, preds, target, groups, real=False)
         assert patched.count == 0, str(patched)
+    if kind == "rates":  # its compute reads nothing: forward() is sync-free too
+        assert audit(_build(kind, 8, validate_args=False), preds, target, groups, real=False).count == 0
+        tmpatch.revert()
+        assert audit(_build(kind, 8, validate_args=False), preds, target, groups, real=False).count
+        _apply()
     with_validation = audit(_build(kind, 8).update, preds, target, groups, real=False)
     from tmpatch.audit.panel import label_for
 
