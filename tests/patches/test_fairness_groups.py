@@ -170,3 +170,24 @@ def test_groups_the_patch_does_not_cover_take_the_releases_path(groups):
         except Exception as exc:  # noqa: BLE001 - the release's own error is compared
             outcome.append(f"{type(exc).__name__}: {exc}")
     assert outcome[0] == outcome[1]
+
+
+def test_the_marked_function_returns_the_releases_tuples_per_slot():
+    import importlib
+
+    fn = importlib.import_module("torchmetrics.functional.classification.group_fairness")
+    preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4, 0.6]), torch.tensor([1, 0, 0, 1, 1])
+    groups = torch.tensor([3, 1, 3, 1, 8])  # three present groups: slots 0, 1, 2
+    want = fn._binary_groups_stat_scores(preds, target, groups, 5, validate_args=False)
+    _apply()
+    token = patch._current.set(BinaryGroupStatRates(num_groups=5))
+    try:
+        got = fn._binary_groups_stat_scores(preds, target, groups, 5, validate_args=False)
+    finally:
+        patch._current.reset(token)
+    assert len(got) == 5 and len(want) == 3
+    for slot in range(5):
+        expected = want[slot] if slot < 3 else (torch.tensor(0),) * 4
+        for g, w in zip(got[slot], expected):
+            assert_bitwise(g, w)
+    assert [len(t) for t in got[1:3]] == [4, 4]

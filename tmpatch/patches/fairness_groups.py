@@ -14,10 +14,11 @@ applied). Inside it, one statement of the release's function (the copy of the si
 an edit, :mod:`tmpatch.rewrite`) hands the sorted batch to :func:`group_stats`, which
 numbers the distinct group ids in sorted order on the device (a cumulative sum of
 "id differs from the previous one") and counts true/false positives/negatives per
-number with the release's comparisons, into ``num_groups`` fixed bins. The release
-gives the i-th *present* group's counts to slot i of the states (a batch with groups
-{0, 2} adds group 2 to slot 1): so does the patch, bit for bit; slots past the
-present groups get zeros, which leave the states as they were.
+number with the release's comparisons, into ``num_groups`` fixed bins, which
+``_update_states`` adds to the four states at once (upstream: four indexed additions
+per group). The release gives the i-th *present* group's counts to slot i of the
+states (a batch with groups {0, 2} adds group 2 to slot 1): so does the patch, bit
+for bit; slots past the present groups get zeros, which leave the states as they were.
 
 More distinct ids than ``num_groups`` (upstream: ``IndexError`` in ``update()``, after
 the first ``num_groups`` slots were added) leaves the rows of the extra groups out
@@ -28,12 +29,13 @@ more than one column, empty batches, metrics built before ``apply()``. Before 1.
 binary formatter also reads ``preds`` to choose a sigmoid: the ``logits_check`` patch,
 which this one requires, removes that read.
 
-Releases: 1.0.0-1.9.0 (two implementations of ``_binary_groups_stat_scores``, differing
-in annotations; two of each class ``update``).
+Releases: 1.0.0-1.9.0 (two implementations of ``_binary_groups_stat_scores`` and of
+``_update_states``, differing in annotations; two of each class ``update``).
 """
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -85,13 +87,32 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
     return update
 
 
+class GroupStats(Sequence):
+    """The per-slot ``(tp, fp, tn, fn)`` of a marked update, as the release's list of
+    tuples (slots ``0 .. num_groups - 1``), made from one ``(num_groups, 4)`` tensor of
+    counts that :func:`build_update_states` adds to the states at once."""
+
+    __slots__ = ("bins",)
+
+    def __init__(self, bins: Any) -> None:
+        self.bins = bins
+
+    def __len__(self) -> int:
+        return int(self.bins.shape[0])
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return tuple(self.bins[index].unbind(0))
+
+
 def _helpers(module: ModuleType) -> Dict[str, Any]:
     import torch
 
     integral = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
     int64, zeros, where, cat = torch.int64, torch.zeros, torch.where, torch.cat
 
-    def group_stats(preds: Any, target: Any, indexes: Any, num_groups: Any) -> Optional[List[Tuple[Any, ...]]]:
+    def group_stats(preds: Any, target: Any, indexes: Any, num_groups: Any) -> Optional[GroupStats]:
         """The per-group ``(tp, fp, tn, fn)`` of a marked update, one per slot
         ``0 .. num_groups - 1``; None (the release's split runs) elsewhere."""
         metric = _current.get()
@@ -111,9 +132,25 @@ def _helpers(module: ModuleType) -> Dict[str, Any]:
         code = where(counted, rank.unsqueeze(1) * 4 + kind, 0).flatten()
         bins = zeros(num_groups * 4, dtype=int64, device=preds.device)
         bins.scatter_add_(0, code, counted.flatten().to(int64))
-        return [tuple(row.unbind(0)) for row in bins.view(num_groups, 4).unbind(0)]
+        return GroupStats(bins.view(num_groups, 4))
 
     return {"_tmpatch_group_stats": group_stats}
+
+
+def build_update_states(module: ModuleType) -> Callable[..., Any]:
+    """``_AbstractGroupStatScores._update_states``: the counts of a marked update added to
+    the four states at once (in place, as the release's ``self.tp[group] += tp`` per
+    group; slots past the present groups add zero)."""
+
+    def _update_states(original: Callable, self: Any, group_stats: Any) -> Any:
+        if type(group_stats) is not GroupStats:
+            return original(self, group_stats)
+        bins = group_stats.bins
+        for column, name in enumerate(("tp", "fp", "tn", "fn")):
+            getattr(self, name).add_(bins[:, column])
+        return None
+
+    return _update_states
 
 
 _SPLIT = "split_sizes = _flexible_bincount(indexes).detach().cpu().tolist()\n"
@@ -152,6 +189,14 @@ PATCH = Patch(
             variants=(
                 Variant(span("1.0.0", "1.5.2"), "738cd4996b378075", GROUPS),
                 Variant(span("1.6.0", "1.9.0"), "8c024e10722ed461", GROUPS),  # annotations only
+            ),
+        ),
+        Target(
+            module=_FAIRNESS,
+            qualname="_AbstractGroupStatScores._update_states",
+            variants=(
+                Variant(span("1.0.0", "1.5.2"), "699ef28f894ee2d7", build_update_states),
+                Variant(span("1.6.0", "1.9.0"), "d1aff105fc626c48", build_update_states),  # annotation only
             ),
         ),
         Target(
