@@ -97,29 +97,35 @@ def _cases(draw):
     return num_groups, ignore, batches
 
 
-@settings(max_examples=12, deadline=None)
-@given(_cases(), st.booleans(), st.booleans())
-def test_states_and_results_equal_the_releases(case, cpu_fast, forward):
-    num_groups, ignore, batches = case
-    kinds = ("rates", "all", "demographic_parity")
+KINDS = ("rates", "all", "demographic_parity")
+
+
+def _run(case, kind):
+    (num_groups, ignore, batches), forward = case[:2]
+    metric = _build(kind, num_groups, ignore_index=ignore, validate_args=False)
+    for args in batches:
+        _quiet(metric if forward else metric.update, *args)
+    return metric
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.lists(st.tuples(_cases(), st.booleans(), st.booleans()), min_size=1, max_size=5))
+def test_states_and_results_equal_the_releases(cases):
+    """Several cases per example: one revert/apply for all of them (the slow part)."""
     tmpatch.revert()
-    expected = {kind: _build(kind, num_groups, ignore_index=ignore, validate_args=False) for kind in kinds}
-    for metric in expected.values():
-        for args in batches:
-            _quiet(metric.update, *args)
+    expected = [{kind: _run(case, kind) for kind in KINDS} for case in cases]
     _apply()
-    patch.CPU_FAST = cpu_fast
-    for kind in kinds:
-        metric = _build(kind, num_groups, ignore_index=ignore, validate_args=False)
-        for args in batches:
-            _quiet(metric if forward else metric.update, *args)
-        for state in STATES:
-            assert_bitwise(getattr(metric, state), getattr(expected[kind], state))
-        assert _pending(metric) == 0
-        got, want = metric.compute(), expected[kind].compute()
-        assert sorted(got) == sorted(want)
-        for key in want:
-            assert_bitwise(got[key], want[key])
+    for case, want in zip(cases, expected):
+        patch.CPU_FAST = case[2]
+        for kind in KINDS:
+            metric = _run(case, kind)
+            for state in STATES:
+                assert_bitwise(getattr(metric, state), getattr(want[kind], state))
+            assert _pending(metric) == 0
+            got, exp = metric.compute(), want[kind].compute()
+            assert sorted(got) == sorted(exp)
+            for key in exp:
+                assert_bitwise(got[key], exp[key])
 
 
 # -- more groups than num_groups ---------------------------------------------------------------------

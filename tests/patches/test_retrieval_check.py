@@ -52,19 +52,20 @@ def _values(result):
 
 # -- sync ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
-@pytest.mark.parametrize("name", sorted(CLASSES))
-def test_update_is_sync_free_on_simulated_cuda(name, dtype):
+def test_update_is_sync_free_on_simulated_cuda(dtype):
     from tmpatch.audit import audit
 
     preds, target, indexes = _batch(dtype=dtype)
-    unpatched = audit(CLASSES[name]().update, preds, target, indexes=indexes, real=False)
-    reads = [p for p in unpatched.sync_points if p.function == "_check_retrieval_target_and_prediction_types"]
-    assert reads and {p.op for p in reads} == {"aten._local_scalar_dense"}, str(unpatched)
+    for name in sorted(CLASSES):
+        unpatched = audit(CLASSES[name]().update, preds, target, indexes=indexes, real=False)
+        reads = [p for p in unpatched.sync_points if p.function == "_check_retrieval_target_and_prediction_types"]
+        assert reads and {p.op for p in reads} == {"aten._local_scalar_dense"}, (name, str(unpatched))
     _apply()
-    for cpu_fast in (True, False):  # the CPU flag must not matter on CUDA
-        patch.CPU_FAST = cpu_fast
-        patched = audit(CLASSES[name]().update, preds, target, indexes=indexes, real=False)
-        assert patched.count == 0, str(patched)
+    for name in sorted(CLASSES):
+        for cpu_fast in (True, False):  # the CPU flag must not matter on CUDA
+            patch.CPU_FAST = cpu_fast
+            patched = audit(CLASSES[name]().update, preds, target, indexes=indexes, real=False)
+            assert patched.count == 0, (name, str(patched))
 
 
 def test_ignore_index_removal_stays_and_is_labelled_inherent():
@@ -97,29 +98,31 @@ def _batches(draw):
     return ignore, out
 
 
-@settings(max_examples=12, deadline=None)
-@given(_batches(), st.booleans(), st.booleans())
-def test_states_and_results_equal_the_releases(case, cpu_fast, forward):
-    ignore, batches = case
+def _run(case, build):
+    """A metric built now, fed the case's batches (``forward`` or ``update``)."""
+    (ignore, batches), forward = case[:2]
+    metric = build(ignore_index=ignore)
+    for p, t, i in batches:
+        (metric if forward else metric.update)(p, t, indexes=i)
+    return metric
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.lists(st.tuples(_batches(), st.booleans(), st.booleans()), min_size=1, max_size=6))
+def test_states_and_results_equal_the_releases(cases):
+    """Several cases per example: one revert/apply for all of them (the slow part)."""
     tmpatch.revert()
-    expected = {name: build(ignore_index=ignore) for name, build in CLASSES.items()}
-    for metric in expected.values():
-        for p, t, i in batches:
-            metric.update(p, t, indexes=i)
+    expected = [{name: _run(case, build) for name, build in CLASSES.items()} for case in cases]
     _apply()
-    patch.CPU_FAST = cpu_fast
-    for name, build in CLASSES.items():
-        metric = build(ignore_index=ignore)
-        for p, t, i in batches:
-            if forward:
-                metric(p, t, indexes=i)
-            else:
-                metric.update(p, t, indexes=i)
-        for got, want in zip(_states(metric), _states(expected[name])):
-            assert_bitwise(got, want)
-        assert int(deferred.local_records(metric).get("retrieval_check", 0)) == 0
-        for got, want in zip(_values(metric.compute()), _values(expected[name].compute())):
-            assert_bitwise(got, want)
+    for case, want in zip(cases, expected):
+        patch.CPU_FAST = case[2]
+        for name, build in CLASSES.items():
+            metric = _run(case, build)
+            for got, exp in zip(_states(metric), _states(want[name])):
+                assert_bitwise(got, exp)
+            assert int(deferred.local_records(metric).get("retrieval_check", 0)) == 0
+            for got, exp in zip(_values(metric.compute()), _values(want[name].compute())):
+                assert_bitwise(got, exp)
 
 
 # -- the check, at compute ---------------------------------------------------------------------------
@@ -132,27 +135,27 @@ BAD_TARGETS = {  # query 0 sums to 0 (skipped by compute), query 1 has a positiv
 
 
 @pytest.mark.parametrize("cpu_fast", [True, False])
-@pytest.mark.parametrize("bad", sorted(BAD_TARGETS))
-def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(bad, cpu_fast):
+def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(cpu_fast):
     """The bad values sit in a query that compute() skips (no positive target: its sum is 0),
     so the release's compute, which checks each query again, passes and the report is ours."""
     preds, indexes = torch.tensor([0.2, 0.7, 0.4, 0.3]), torch.tensor([0, 0, 1, 1])
-    target = BAD_TARGETS[bad]
-    with pytest.raises(ValueError, match="`target` must contain `binary` values"):  # upstream: in update()
-        R.RetrievalMAP().update(preds, target, indexes=indexes)
+    for bad, target in BAD_TARGETS.items():
+        with pytest.raises(ValueError, match="`target` must contain `binary` values"):  # upstream: in update()
+            R.RetrievalMAP().update(preds, target, indexes=indexes)
     _apply()
     patch.CPU_FAST = cpu_fast
-    metric = R.RetrievalMAP()
-    metric.update(preds, target, indexes=indexes)  # no error here
-    metric.update(preds, target, indexes=indexes)
-    metric.update(preds, torch.tensor([0, 0, 0, 1]), indexes=indexes)
-    with pytest.raises(ValueError, match=r"^`target` must contain `binary` values \(tmpatch retrieval_check: 2 upd"):
+    for bad, target in BAD_TARGETS.items():
+        metric = R.RetrievalMAP()
+        metric.update(preds, target, indexes=indexes)  # no error here
+        metric.update(preds, target, indexes=indexes)
+        metric.update(preds, torch.tensor([0, 0, 0, 1]), indexes=indexes)
+        with pytest.raises(ValueError, match=r"^`target` must contain `binary` values \(tmpatch retrieval_check: 2 upd"):
+            metric.compute()
+        metric.compute()  # reported once
+        metric.update(preds, target, indexes=indexes)
+        metric.reset()  # reset discards it
+        metric.update(preds, torch.tensor([0, 1, 1, 0]), indexes=indexes)
         metric.compute()
-    metric.compute()  # reported once
-    metric.update(preds, target, indexes=indexes)
-    metric.reset()  # reset discards it
-    metric.update(preds, torch.tensor([0, 1, 1, 0]), indexes=indexes)
-    metric.compute()
 
 
 def test_where_the_releases_compute_checks_the_query_its_error_comes_first():
