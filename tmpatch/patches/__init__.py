@@ -26,6 +26,9 @@ NAMES = (
     "mean_default_weight",
     "nan_check",
     "bincount",
+    "retrieval_check",
+    "nominal_bincount",
+    "fairness_groups",
     "logits_check",
     "gather_autograd",
 )
