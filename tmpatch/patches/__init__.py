@@ -27,6 +27,7 @@ NAMES = (
     "bincount",
     "logits_check",
     "gather_autograd",
+    "coalesced_sync",
 )
 
 _loaded: Dict[str, Patch] = {}

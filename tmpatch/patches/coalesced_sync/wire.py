@@ -1,0 +1,270 @@
+"""The wire format of ``coalesced_sync``: the tensors of one sync in two all_gathers.
+
+Knows ``torch.distributed``, nothing of torchmetrics. One exchange is
+
+1. **header**: ``all_gather`` of :data:`HEADER_BYTES` bytes per rank: a magic
+   number, the protocol version, the kind of sync (one metric, or a bucket of a
+   MetricCollection), the rank and world size as the sender sees them, and the
+   byte lengths of its metadata and of its segment (step 2), closed by a second
+   magic number and a trailer byte. The size is odd, so it is never the size of
+   what an unpatched rank's ``gather_all_tensors`` sends (int64 shapes, or one
+   value of 1, 2, 4, 8 or 16 bytes); gloo matches collectives by their order
+   and sends bytes: a same-size pairing would pass unseen, a shorter message
+   leaves the trailer unset, a longer one is refused by gloo. An unpatched
+   rank's first collective of a sync is a ``barrier``, which never pairs with an
+   ``all_gather``: both sides wait until the process group's timeout.
+2. **segment**: ``all_gather`` of one byte buffer per rank, as long as the
+   longest segment: JSON metadata (each block's dtype and shape, each entry's
+   owner, key and block, the owners' names, the deferred records' names), then
+   every block's bytes (16-byte aligned), then the records' int64 values.
+
+Every rank sees every header and every metadata, so every rank makes the same
+decision: go on, or raise :class:`CoalescedSyncError` with the same message.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+log = logging.getLogger("tmpatch")
+
+MAGIC = int.from_bytes(b"tmpatchC", "little")
+END_MAGIC = int.from_bytes(b"coalesce", "little")
+VERSION = 1
+HEADER_WORDS = 16
+HEADER_BYTES = HEADER_WORDS * 8 + 1  # odd: see the module docstring
+TRAILER = 0xA5
+ALIGN = 16
+
+METRIC = 1  #: kind: the states of one metric
+COLLECTION = 2  #: kind: the states of the members of a MetricCollection that sync together
+_KINDS = {METRIC: "one metric's states", COLLECTION: "a MetricCollection's states"}
+
+_ADVICE = (
+    "every rank must run the same sync: apply tmpatch on every rank (TMPATCH=1 in the launcher's "
+    "environment reaches every worker) or leave coalesced_sync out on every rank "
+    "(tmpatch.apply(exclude='coalesced_sync') / TMPATCH_EXCLUDE=coalesced_sync)"
+)
+
+
+class CoalescedSyncError(RuntimeError):
+    """The ranks of a sync disagree (protocol, kind, or the states they hold)."""
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass
+class Block:
+    """One tensor's bytes in a segment."""
+
+    dtype: Any
+    shape: Tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        import torch
+
+        numel = 1
+        for size in self.shape:
+            numel *= size
+        size = _ITEMSIZE.get(self.dtype)
+        if size is None:
+            size = _ITEMSIZE[self.dtype] = torch.empty((), dtype=self.dtype).element_size()
+        return numel * size
+
+
+_ITEMSIZE: Dict[Any, int] = {}
+
+
+@dataclass
+class Request:
+    """What this rank sends: ``blocks`` (tensors), ``entries`` ``(owner, key, block)``,
+    ``records`` ``(owner, name, 0-d int64 tensor)``, ``owners`` (names for messages)."""
+
+    kind: int
+    blocks: List[Any] = field(default_factory=list)
+    entries: List[Tuple[int, str, int]] = field(default_factory=list)
+    records: List[Tuple[int, str, Any]] = field(default_factory=list)
+    owners: List[str] = field(default_factory=list)
+    release: str = ""
+
+
+@dataclass
+class Result:
+    """``values[i][r]``: entry ``i`` of the request as rank ``r`` sent it (a view of the
+    received buffer); ``totals[owner]``: record name -> sum over the ranks (0-d int64)."""
+
+    rank: int
+    world: int
+    values: List[List[Any]]
+    totals: Dict[int, Dict[str, Any]]
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).rpartition(".")[2]
+
+
+def _header(request: Request, rank: int, world: int, meta_len: int, segment: int) -> bytes:
+    words = [MAGIC, VERSION, request.kind, rank, world, meta_len, segment, len(request.entries)]
+    words += [0] * (HEADER_WORDS - 1 - len(words)) + [END_MAGIC]
+    return b"".join(w.to_bytes(8, "little", signed=True) for w in words) + bytes([TRAILER])
+
+
+def _read_header(raw: bytes, peer: int) -> List[int]:
+    words = [int.from_bytes(raw[i * 8:(i + 1) * 8], "little", signed=True) for i in range(HEADER_WORDS)]
+    if words[0] != MAGIC or words[-1] != END_MAGIC or raw[-1] != TRAILER:
+        raise CoalescedSyncError(
+            f"tmpatch coalesced_sync: rank {peer} of the process group did not send a coalesced-sync header "
+            f"(it runs another sync: torchmetrics' own, without tmpatch's coalesced_sync); {_ADVICE}"
+        )
+    return words
+
+
+def _check_headers(headers: List[List[int]], kind: int, rank: int, world: int) -> None:
+    for peer, words in enumerate(headers):
+        if words[1] != VERSION:
+            raise CoalescedSyncError(
+                f"tmpatch coalesced_sync: rank {peer} speaks protocol version {words[1]}, rank {rank} version "
+                f"{VERSION}: run the same tmpatch on every rank"
+            )
+    for peer, words in enumerate(headers):
+        if words[2] != kind:
+            raise CoalescedSyncError(
+                f"tmpatch coalesced_sync: rank {peer} syncs {_KINDS.get(words[2], words[2])} while rank {rank} "
+                f"syncs {_KINDS[kind]}: the ranks run different code (tmpatch or torchmetrics releases differ, "
+                "or one rank calls compute() on a metric the others do not)"
+            )
+        if words[3] != peer or words[4] != world:
+            raise CoalescedSyncError(
+                f"tmpatch coalesced_sync: rank {peer} sees itself as rank {words[3]} of {words[4]}, "
+                f"rank {rank} sees a group of {world}: the ranks sync over different process groups"
+            )
+
+
+def _structure(meta: Dict[str, Any]) -> List[Tuple[int, str, str, int]]:
+    blocks = meta["b"]
+    return [(owner, key, blocks[block][0], len(blocks[block][1])) for owner, key, block in meta["e"]]
+
+
+def _check_structure(metas: List[Dict[str, Any]], rank: int) -> None:
+    mine = _structure(metas[rank])
+    for peer, meta in enumerate(metas):
+        if meta["o"] != metas[rank]["o"]:
+            raise CoalescedSyncError(
+                f"tmpatch coalesced_sync: rank {peer} syncs {meta['o']}, rank {rank} syncs {metas[rank]['o']}"
+            )
+        theirs = _structure(meta)
+        if theirs == mine:
+            continue
+        names = meta["o"]
+        for index in range(max(len(mine), len(theirs))):
+            a = mine[index] if index < len(mine) else None
+            b = theirs[index] if index < len(theirs) else None
+            if a != b:
+                break
+
+        def say(item: Optional[Tuple[int, str, str, int]]) -> str:
+            if item is None:
+                return "nothing"
+            return f"{names[item[0]]}.{item[1]} ({item[2]}, {item[3]} dims)"
+
+        releases = "" if meta["t"] == metas[rank]["t"] else (
+            f"; rank {peer} runs torchmetrics {meta['t']}, rank {rank} {metas[rank]['t']}")
+        raise CoalescedSyncError(
+            f"tmpatch coalesced_sync: the ranks hold different states to sync: item {index} is {say(b)} on rank "
+            f"{peer} but {say(a)} on rank {rank}{releases}. A rank whose list state is empty sends an empty "
+            "float tensor (torchmetrics 1.4.0+) or nothing (before 1.4.0), which torchmetrics cannot gather "
+            "together with other ranks' data of another dtype or number of dimensions (gloo aborts the process "
+            "there); feed every rank at least one batch, or give the state the default dtype and one dimension"
+        )
+
+
+def exchange(request: Request, group: Any, device: Any) -> Result:
+    """Send ``request`` to every rank of ``group`` and receive theirs: two all_gathers."""
+    import torch
+    import torch.distributed as dist
+
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    meta = {
+        "o": list(request.owners),
+        "t": request.release,
+        "b": [[_dtype_name(t.dtype), list(t.shape)] for t in request.blocks],
+        "e": [list(entry) for entry in request.entries],
+        "r": [[owner, name] for owner, name, _ in request.records],
+    }
+    meta_bytes = json.dumps(meta, separators=(",", ":")).encode("utf-8")
+    offset = _align(len(meta_bytes))
+    offsets = []
+    for block in request.blocks:
+        offsets.append(offset)
+        offset = _align(offset + block.numel() * block.element_size())
+    records_at = offset
+    segment = _align(offset + 8 * len(request.records))
+
+    header = torch.frombuffer(bytearray(_header(request, rank, world, len(meta_bytes), segment)), dtype=torch.uint8)
+    header = header.to(device)
+    heard = [torch.zeros(HEADER_BYTES, dtype=torch.uint8, device=device) for _ in range(world)]
+    _gather(dist, heard, header, group, "header")
+    raws = torch.stack(heard).cpu().numpy()
+    headers = [_read_header(raws[peer].tobytes(), peer) for peer in range(world)]
+    _check_headers(headers, request.kind, rank, world)
+
+    longest = max(words[6] for words in headers)
+    buffer = torch.zeros(longest, dtype=torch.uint8, device=device)
+    buffer[: len(meta_bytes)].copy_(torch.frombuffer(bytearray(meta_bytes), dtype=torch.uint8))
+    with torch.no_grad():
+        for block, start in zip(request.blocks, offsets):
+            if block.numel():
+                buffer[start:start + block.numel() * block.element_size()].copy_(
+                    block.detach().reshape(-1).view(torch.uint8))
+        for index, (_, _, value) in enumerate(request.records):
+            start = records_at + 8 * index
+            buffer[start:start + 8].view(torch.int64).copy_(value.detach().reshape(1))
+        received = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(world)]
+        _gather(dist, received, buffer, group, "segment")
+    meta_longest = max(words[5] for words in headers)
+    heads = torch.stack([buf[:meta_longest] for buf in received]).cpu().numpy()
+    metas = [json.loads(heads[peer][: headers[peer][5]].tobytes().decode("utf-8")) for peer in range(world)]
+    _check_structure(metas, rank)
+    return _unpack(request, metas, [words[5] for words in headers], received, rank, world)
+
+
+def _unpack(
+    request: Request, metas: List[Dict[str, Any]], meta_lengths: List[int], received: List[Any], rank: int, world: int
+) -> Result:
+    import torch
+
+    values: List[List[Any]] = [[None] * world for _ in request.entries]
+    totals: Dict[int, Dict[str, Any]] = {}
+    for peer, meta in enumerate(metas):
+        buf = received[peer]
+        offset = _align(meta_lengths[peer])
+        views = []
+        for dtype_name, shape in meta["b"]:
+            block = Block(getattr(torch, dtype_name), tuple(shape))
+            views.append(buf[offset:offset + block.nbytes].view(block.dtype).view(block.shape))
+            offset = _align(offset + block.nbytes)
+        for index, (_, _, block_index) in enumerate(meta["e"]):
+            values[index][peer] = views[block_index]
+        for index, (owner, name) in enumerate(meta["r"]):
+            value = buf[offset + 8 * index: offset + 8 * index + 8].view(torch.int64)[0]
+            owned = totals.setdefault(owner, {})
+            owned[name] = value.clone() if name not in owned else owned[name] + value
+    return Result(rank, world, values, totals)
+
+
+def _gather(dist: Any, outputs: Sequence[Any], tensor: Any, group: Any, what: str) -> None:
+    try:
+        dist.all_gather(list(outputs), tensor, group=group)
+    except Exception as exc:
+        note = (f"tmpatch coalesced_sync: the {what} all_gather failed. If the ranks run different syncs (one "
+                f"without coalesced_sync), they wait for each other until the process group's timeout; {_ADVICE}")
+        log.error("%s (%s)", note, exc)
+        if hasattr(exc, "add_note"):
+            exc.add_note(note)
+        raise
