@@ -124,25 +124,31 @@ def _read_header(raw: bytes, peer: int) -> List[int]:
     return words
 
 
-def _check_headers(headers: List[List[int]], kind: int, rank: int, world: int) -> None:
-    for peer, words in enumerate(headers):
-        if words[1] != VERSION:
-            raise CoalescedSyncError(
-                f"tmpatch coalesced_sync: rank {peer} speaks protocol version {words[1]}, rank {rank} version "
-                f"{VERSION}: run the same tmpatch on every rank"
-            )
-    for peer, words in enumerate(headers):
-        if words[2] != kind:
-            raise CoalescedSyncError(
-                f"tmpatch coalesced_sync: rank {peer} syncs {_KINDS.get(words[2], words[2])} while rank {rank} "
-                f"syncs {_KINDS[kind]}: the ranks run different code (tmpatch or torchmetrics releases differ, "
-                "or one rank calls compute() on a metric the others do not)"
-            )
-        if words[3] != peer or words[4] != world:
-            raise CoalescedSyncError(
-                f"tmpatch coalesced_sync: rank {peer} sees itself as rank {words[3]} of {words[4]}, "
-                f"rank {rank} sees a group of {world}: the ranks sync over different process groups"
-            )
+def _listing(values: Sequence[Any]) -> str:
+    return ", ".join(f"rank {peer}: {value}" for peer, value in enumerate(values))
+
+
+def _check_headers(headers: List[List[int]], kind: int, world: int) -> None:
+    """The same verdict on every rank (every rank sees every header)."""
+    versions = [words[1] for words in headers]
+    if len(set(versions)) > 1:
+        raise CoalescedSyncError(
+            "tmpatch coalesced_sync: the ranks speak different versions of the coalesced-sync protocol "
+            f"({_listing(versions)}): run the same tmpatch on every rank"
+        )
+    kinds = [words[2] for words in headers]
+    if len(set(kinds)) > 1:
+        raise CoalescedSyncError(
+            f"tmpatch coalesced_sync: the ranks sync different things ({_listing([_KINDS.get(k, k) for k in kinds])}):"
+            " they run different code (tmpatch or torchmetrics releases differ, or a rank calls compute() on a "
+            "metric the others do not)"
+        )
+    seen = [(words[3], words[4]) for words in headers]
+    if any(seen[peer] != (peer, world) for peer in range(len(headers))):
+        raise CoalescedSyncError(
+            "tmpatch coalesced_sync: the ranks see different process groups (rank, size: "
+            f"{_listing(seen)}): they sync over different groups"
+        )
 
 
 def _structure(meta: Dict[str, Any]) -> List[Tuple[int, str, str, int]]:
@@ -150,34 +156,31 @@ def _structure(meta: Dict[str, Any]) -> List[Tuple[int, str, str, int]]:
     return [(owner, key, blocks[block][0], len(blocks[block][1])) for owner, key, block in meta["e"]]
 
 
-def _check_structure(metas: List[Dict[str, Any]], rank: int) -> None:
-    mine = _structure(metas[rank])
+def _check_structure(metas: List[Dict[str, Any]]) -> None:
+    """Every rank's states against rank 0's: the same verdict on every rank."""
+    first, reference = metas[0], _structure(metas[0])
     for peer, meta in enumerate(metas):
-        if meta["o"] != metas[rank]["o"]:
+        if meta["o"] != first["o"]:
             raise CoalescedSyncError(
-                f"tmpatch coalesced_sync: rank {peer} syncs {meta['o']}, rank {rank} syncs {metas[rank]['o']}"
+                f"tmpatch coalesced_sync: rank {peer} syncs the metrics {meta['o']}, rank 0 {first['o']}"
             )
         theirs = _structure(meta)
-        if theirs == mine:
+        if theirs == reference:
             continue
-        names = meta["o"]
-        for index in range(max(len(mine), len(theirs))):
-            a = mine[index] if index < len(mine) else None
-            b = theirs[index] if index < len(theirs) else None
-            if a != b:
-                break
+        index = next(i for i in range(max(len(reference), len(theirs)))
+                     if (reference[i:i + 1] or [None])[0] != (theirs[i:i + 1] or [None])[0])
 
-        def say(item: Optional[Tuple[int, str, str, int]]) -> str:
-            if item is None:
+        def say(items: List[Tuple[int, str, str, int]]) -> str:
+            if index >= len(items):
                 return "nothing"
-            return f"{names[item[0]]}.{item[1]} ({item[2]}, {item[3]} dims)"
+            owner, key, dtype, ndim = items[index]
+            return f"{first['o'][owner]}.{key} ({dtype}, {ndim} dims)"
 
-        releases = "" if meta["t"] == metas[rank]["t"] else (
-            f"; rank {peer} runs torchmetrics {meta['t']}, rank {rank} {metas[rank]['t']}")
+        releases = "" if meta["t"] == first["t"] else f"; rank {peer} runs torchmetrics {meta['t']}, rank 0 {first['t']}"
         raise CoalescedSyncError(
-            f"tmpatch coalesced_sync: the ranks hold different states to sync: item {index} is {say(b)} on rank "
-            f"{peer} but {say(a)} on rank {rank}{releases}. A rank whose list state is empty sends an empty "
-            "float tensor (torchmetrics 1.4.0+) or nothing (before 1.4.0), which torchmetrics cannot gather "
+            f"tmpatch coalesced_sync: the ranks hold different states to sync: item {index} is {say(theirs)} on "
+            f"rank {peer} but {say(reference)} on rank 0{releases}. A rank whose list state is empty sends an "
+            "empty float tensor (torchmetrics 1.4.0+) or nothing (before 1.4.0), which torchmetrics cannot gather "
             "together with other ranks' data of another dtype or number of dimensions (gloo aborts the process "
             "there); feed every rank at least one batch, or give the state the default dtype and one dimension"
         )
@@ -212,7 +215,7 @@ def exchange(request: Request, group: Any, device: Any) -> Result:
     _gather(dist, heard, header, group, "header")
     raws = torch.stack(heard).cpu().numpy()
     headers = [_read_header(raws[peer].tobytes(), peer) for peer in range(world)]
-    _check_headers(headers, request.kind, rank, world)
+    _check_headers(headers, request.kind, world)
 
     longest = max(words[6] for words in headers)
     buffer = torch.zeros(longest, dtype=torch.uint8, device=device)
@@ -230,7 +233,7 @@ def exchange(request: Request, group: Any, device: Any) -> Result:
     meta_longest = max(words[5] for words in headers)
     heads = torch.stack([buf[:meta_longest] for buf in received]).cpu().numpy()
     metas = [json.loads(heads[peer][: headers[peer][5]].tobytes().decode("utf-8")) for peer in range(world)]
-    _check_structure(metas, rank)
+    _check_structure(metas)
     return _unpack(request, metas, [words[5] for words in headers], received, rank, world)
 
 
