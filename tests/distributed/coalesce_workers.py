@@ -170,10 +170,13 @@ def rows_for(rank: int, world: int, empty: bool) -> int:
     return rank if empty else rank + 1
 
 
-def _states(counter: Counter, key: str, rank: int, world: int, empty: bool, **kwargs: Any) -> Dict[str, Any]:
+def _states(counter: Counter, key: str, rank: int, world: int, empty: bool, longer: bool = False,
+            **kwargs: Any) -> Dict[str, Any]:
     metric = classes()["Mixed"](**kwargs)
     for step in range(STEPS):
         metric.update(key, step, rank, rows_for(rank, world, empty))
+    if longer:  # a None-reduced list state one element longer on this rank
+        metric.seq.append(torch.zeros(2))
     counter.take()
     out = attempt(metric.compute)
     out["calls"] = counter.take()
@@ -255,6 +258,20 @@ def _records(counter: Counter, rank: int, world: int) -> Dict[str, Any]:
     return {"single": single, "collection": whole, "synced": synced}
 
 
+def _kind(counter: Counter, rank: int, world: int) -> Dict[str, Any]:
+    """Rank 0 syncs a collection's members together; on the other ranks only one
+    member is set to sync (``_to_sync``), so it syncs on its own."""
+    coll = collection("issue")
+    coll.update(value=torch.ones(2), preds=torch.zeros(2, dtype=torch.long), target=torch.ones(2, dtype=torch.long))
+    if rank:
+        for name, member in coll.items(keep_base=True, copy_state=False):
+            member._to_sync = name == "mean"
+    counter.take()
+    out = attempt(coll.compute)
+    out["calls"] = counter.take()
+    return out
+
+
 def _errors(counter: Counter, rank: int, world: int) -> Dict[str, Any]:
     """Ranks that disagree: every rank raises the same clear error, no collective left pending."""
     from tmpatch.patches.coalesced_sync import wire
@@ -269,6 +286,8 @@ def _errors(counter: Counter, rank: int, world: int) -> Dict[str, Any]:
         wire.VERSION = saved
     out["structure"] = _states(counter, "s", rank, world, False, extra=rank == 0)
     out["empty-dtype"] = _states(counter, "e", rank, world, True, label_dtype=torch.int64)
+    out["lengths"] = _states(counter, "l", rank, world, False, longer=rank == 0)
+    out["kind"] = _kind(counter, rank, world)
     out["after"] = _states(counter, "a", rank, world, False)  # the process group is still in step
     return out
 

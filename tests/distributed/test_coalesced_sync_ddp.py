@@ -211,7 +211,7 @@ def test_deferred_records_ride_in_the_same_buffers(run, world):
 def test_disagreeing_ranks_raise_one_clear_error_everywhere(run, world):
     results = run(world)
     for mode in MODES:
-        for case in ("version", "structure", "empty-dtype"):
+        for case in ("version", "structure", "empty-dtype", "lengths", "kind"):
             messages = {results[rank]["cases"][mode]["errors"][case].get("error") for rank in results}
             assert len(messages) == 1, (mode, case, messages)
     for rank, result in results.items():
@@ -225,6 +225,10 @@ def test_disagreeing_ranks_raise_one_clear_error_everywhere(run, world):
             assert structure["calls"] == ["all_gather", "all_gather"] and not structure["synced_after"]
             empty = errors["empty-dtype"]
             assert "hold different states" in empty["error"] and "empty" in empty["error"], empty
+            lengths = errors["lengths"]
+            assert "hold different states" in lengths["error"] and "Mixed.seq[2]" in lengths["error"], lengths
+            kind = errors["kind"]
+            assert "sync different things" in kind["error"] and kind["calls"] == ["all_gather"], kind
             assert "error" not in errors["after"], errors["after"]  # the group is still in step
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -108,14 +109,17 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).rpartition(".")[2]
 
 
+_WORDS = f"<{HEADER_WORDS}q"
+
+
 def _header(request: Request, rank: int, world: int, meta_len: int, segment: int) -> bytes:
     words = [MAGIC, VERSION, request.kind, rank, world, meta_len, segment, len(request.entries)]
     words += [0] * (HEADER_WORDS - 1 - len(words)) + [END_MAGIC]
-    return b"".join(w.to_bytes(8, "little", signed=True) for w in words) + bytes([TRAILER])
+    return struct.pack(_WORDS, *words) + bytes([TRAILER])
 
 
 def _read_header(raw: bytes, peer: int) -> List[int]:
-    words = [int.from_bytes(raw[i * 8:(i + 1) * 8], "little", signed=True) for i in range(HEADER_WORDS)]
+    words = list(struct.unpack(_WORDS, raw[: HEADER_WORDS * 8]))
     if words[0] != MAGIC or words[-1] != END_MAGIC or raw[-1] != TRAILER:
         raise CoalescedSyncError(
             f"tmpatch coalesced_sync: rank {peer} of the process group did not send a coalesced-sync header "
@@ -186,6 +190,28 @@ def _check_structure(metas: List[Dict[str, Any]]) -> None:
         )
 
 
+def _pieces(request: Request, meta_bytes: bytes, device: Any) -> Tuple[List[Any], int]:
+    """The uint8 tensors whose concatenation is this rank's segment (16-byte aligned
+    blocks), and the segment's length."""
+    import torch
+
+    zeros = torch.zeros(ALIGN, dtype=torch.uint8, device=device)
+    pieces = [torch.frombuffer(bytearray(meta_bytes), dtype=torch.uint8).to(device)]
+    length = len(meta_bytes)
+    tensors = [block.detach() for block in request.blocks]
+    if request.records:  # one int64 vector, after the last block
+        tensors.append(torch.stack([value.detach().reshape(()).to(device=device, dtype=torch.int64)
+                                    for _, _, value in request.records]))
+    for tensor in tensors:
+        if length % ALIGN:
+            pieces.append(zeros[: ALIGN - length % ALIGN])
+            length = _align(length)
+        flat = tensor.reshape(-1).view(torch.uint8)
+        pieces.append(flat)
+        length += flat.numel()
+    return pieces, _align(length)
+
+
 def exchange(request: Request, group: Any, device: Any) -> Result:
     """Send ``request`` to every rank of ``group`` and receive theirs: two all_gathers."""
     import torch
@@ -201,40 +227,26 @@ def exchange(request: Request, group: Any, device: Any) -> Result:
         "r": [[owner, name] for owner, name, _ in request.records],
     }
     meta_bytes = json.dumps(meta, separators=(",", ":")).encode("utf-8")
-    offset = _align(len(meta_bytes))
-    offsets = []
-    for block in request.blocks:
-        offsets.append(offset)
-        offset = _align(offset + block.numel() * block.element_size())
-    records_at = offset
-    segment = _align(offset + 8 * len(request.records))
-
-    header = torch.frombuffer(bytearray(_header(request, rank, world, len(meta_bytes), segment)), dtype=torch.uint8)
-    header = header.to(device)
-    heard = [torch.zeros(HEADER_BYTES, dtype=torch.uint8, device=device) for _ in range(world)]
-    _gather(dist, heard, header, group, "header")
-    raws = torch.stack(heard).cpu().numpy()
-    headers = [_read_header(raws[peer].tobytes(), peer) for peer in range(world)]
-    _check_headers(headers, request.kind, world)
-
-    longest = max(words[6] for words in headers)
-    buffer = torch.zeros(longest, dtype=torch.uint8, device=device)
-    buffer[: len(meta_bytes)].copy_(torch.frombuffer(bytearray(meta_bytes), dtype=torch.uint8))
     with torch.no_grad():
-        for block, start in zip(request.blocks, offsets):
-            if block.numel():
-                buffer[start:start + block.numel() * block.element_size()].copy_(
-                    block.detach().reshape(-1).view(torch.uint8))
-        for index, (_, _, value) in enumerate(request.records):
-            start = records_at + 8 * index
-            buffer[start:start + 8].view(torch.int64).copy_(value.detach().reshape(1))
-        received = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(world)]
-        _gather(dist, received, buffer, group, "segment")
-    meta_longest = max(words[5] for words in headers)
-    heads = torch.stack([buf[:meta_longest] for buf in received]).cpu().numpy()
-    metas = [json.loads(heads[peer][: headers[peer][5]].tobytes().decode("utf-8")) for peer in range(world)]
+        pieces, segment = _pieces(request, meta_bytes, device)
+        header = torch.frombuffer(bytearray(_header(request, rank, world, len(meta_bytes), segment)),
+                                  dtype=torch.uint8).to(device)
+        heard = torch.zeros((world, HEADER_BYTES), dtype=torch.uint8, device=device)
+        _gather(dist, list(heard.unbind(0)), header, group, "header")
+        raws = heard.cpu().numpy()
+        headers = [_read_header(raws[peer].tobytes(), peer) for peer in range(world)]
+        _check_headers(headers, request.kind, world)
+
+        longest = max(words[6] for words in headers)
+        pieces.append(torch.zeros(longest - sum(p.numel() for p in pieces), dtype=torch.uint8, device=device))
+        buffer = torch.cat(pieces)
+        received = torch.empty((world, longest), dtype=torch.uint8, device=device)
+        _gather(dist, list(received.unbind(0)), buffer, group, "segment")
+    lengths = [words[5] for words in headers]
+    heads = received[:, : max(lengths)].cpu().numpy()
+    metas = [json.loads(heads[peer, : lengths[peer]].tobytes().decode("utf-8")) for peer in range(world)]
     _check_structure(metas)
-    return _unpack(request, metas, [words[5] for words in headers], received, rank, world)
+    return _unpack(request, metas, lengths, received, rank, world)
 
 
 def _unpack(
