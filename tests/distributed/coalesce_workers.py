@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import torch
 

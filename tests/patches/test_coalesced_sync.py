@@ -144,6 +144,36 @@ def test_world_of_one_values_and_collectives(world_of_one, what):
     assert len(release_calls) == {"metric": 31, "collection": 21, "groups": 45}[what], release_calls
 
 
+def test_world_of_one_conjugate_and_negative_views(world_of_one):
+    """States that are lazy negative or conjugate views are sent as their values. The
+    release gathers a negative view; it cannot gather a conjugate one (torch's
+    ``all_gather`` refuses it), where tmpatch sends the resolved values."""
+    def run(conj: bool) -> Any:
+        torch.manual_seed(0)
+        metric = _mixed()
+        metric.avg = torch.randn(2, dtype=torch.complex128).conj().imag  # a negative view of real numbers
+        if conj:
+            metric.total = torch.randn(3, dtype=torch.complex64).conj()
+        world_of_one.take()
+        try:
+            return metric.compute(), world_of_one.take()
+        except RuntimeError as exc:
+            return exc, world_of_one.take()
+
+    expected, _ = run(False)
+    refused, _ = run(True)
+    assert "conj" in str(refused)
+    tmpatch.apply("coalesced_sync")
+    got, calls = run(False)
+    assert_same(got, expected, "negative view")
+    assert calls == ["all_gather", "all_gather"]
+    got, calls = run(True)
+    torch.manual_seed(0)
+    _mixed()
+    torch.randn(2, dtype=torch.complex128)
+    assert torch.equal(got["total"], torch.randn(3, dtype=torch.complex64).conj().resolve_conj())
+
+
 def test_world_of_one_direct_sync_dist_and_subclass_without_args(world_of_one):
     """``_sync_dist()`` with its defaults, as a subclass calling ``super()`` would."""
     metric = _mixed()

@@ -20,6 +20,8 @@ Knows ``torch.distributed``, nothing of torchmetrics. One exchange is
 
 Every rank sees every header and every metadata, so every rank makes the same
 decision: go on, or raise :class:`CoalescedSyncError` with the same message.
+A later version of the protocol keeps the header's size, its magic numbers,
+trailer and version word: ranks of different versions then all stop after step 1.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import json
 import logging
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 log = logging.getLogger("tmpatch")
 
@@ -198,7 +200,7 @@ def _pieces(request: Request, meta_bytes: bytes, device: Any) -> Tuple[List[Any]
     zeros = torch.zeros(ALIGN, dtype=torch.uint8, device=device)
     pieces = [torch.frombuffer(bytearray(meta_bytes), dtype=torch.uint8).to(device)]
     length = len(meta_bytes)
-    tensors = [block.detach() for block in request.blocks]
+    tensors = [block.detach().resolve_conj().resolve_neg() for block in request.blocks]
     if request.records:  # one int64 vector, after the last block
         tensors.append(torch.stack([value.detach().reshape(()).to(device=device, dtype=torch.int64)
                                     for _, _, value in request.records]))
@@ -244,7 +246,8 @@ def exchange(request: Request, group: Any, device: Any) -> Result:
         _gather(dist, list(received.unbind(0)), buffer, group, "segment")
     lengths = [words[5] for words in headers]
     heads = received[:, : max(lengths)].cpu().numpy()
-    metas = [json.loads(heads[peer, : lengths[peer]].tobytes().decode("utf-8")) for peer in range(world)]
+    metas = [meta if peer == rank else json.loads(heads[peer, : lengths[peer]].tobytes().decode("utf-8"))
+             for peer in range(world)]
     _check_structure(metas)
     return _unpack(request, metas, lengths, received, rank, world)
 
