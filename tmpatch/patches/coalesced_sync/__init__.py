@@ -48,11 +48,26 @@ class UnknownGather(RuntimeError):
     """``gather_all_tensors`` is not code this patch knows."""
 
 
+class TorchTooOld(RuntimeError):
+    """This torch lacks what the exchange needs (byte views of any dtype, lazy views resolved)."""
+
+
+def _check_torch() -> None:
+    import torch
+
+    try:
+        torch.frombuffer(bytearray(16), dtype=torch.uint8).view(torch.float64).view(torch.uint8)
+        torch.zeros(1).resolve_conj().resolve_neg()
+    except (AttributeError, RuntimeError, TypeError) as exc:
+        raise TorchTooOld(f"torch {torch.__version__} cannot view bytes as other dtypes ({exc})") from None
+
+
 @functools.lru_cache(maxsize=None)
 def _rules_for(sync_code: str, gather: Callable[..., Any]) -> Any:
     from tmpatch.fingerprint import fingerprint
     from tmpatch.patches.coalesced_sync.plan import Rules
 
+    _check_torch()
     metric_module = sys.modules["torchmetrics.metric"]
     code = fingerprint(gather)
     if code not in GATHER:

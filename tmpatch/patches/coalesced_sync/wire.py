@@ -202,7 +202,7 @@ def _pieces(request: Request, meta_bytes: bytes, device: Any) -> Tuple[List[Any]
     length = len(meta_bytes)
     tensors = [block.detach().resolve_conj().resolve_neg() for block in request.blocks]
     if request.records:  # one int64 vector, after the last block
-        tensors.append(torch.stack([value.detach().reshape(()).to(device=device, dtype=torch.int64)
+        tensors.append(torch.stack([torch.as_tensor(value).detach().reshape(()).to(device=device, dtype=torch.int64)
                                     for _, _, value in request.records]))
     for tensor in tensors:
         if length % ALIGN:
