@@ -31,6 +31,7 @@ NAMES = (
     "fairness_groups",
     "logits_check",
     "gather_autograd",
+    "coalesced_sync",
 )
 
 _loaded: Dict[str, Patch] = {}
