@@ -147,7 +147,8 @@ def _take(target: Target, patch: Patch) -> str:
     """Remove ``patch``'s part of ``target``: the layer goes with its last holder."""
     key = _key(target)
     held = _held.get(key, {})
-    held.pop(patch.name, None)
+    if held.pop(patch.name, None) is None:
+        return ""  # recognised only (a fixed variant), or never installed: nothing of this patch there
     rest = _holders(key)
     if rest:
         module = sys.modules[target.module]
