@@ -95,6 +95,7 @@ def render(panel: "object", verbose: bool = False) -> str:
                     for point in audited.points:
                         label = label_for(point)
                         tag = f"  [{label.category}]" if label else "  [unlabelled]"
+                        tag += "" if point.is_sync else "  (not a sync)"
                         lines.append(f"  {row.name} | {part} {mode} | {point.kind.value} | {point.op} | "
                                      f"{_location(point.location)} | {point.function}{tag}")
     return "\n".join(lines)

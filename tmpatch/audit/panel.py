@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 
 from tmpatch.audit.api import audit
-from tmpatch.audit.report import AuditReport, SyncPoint
+from tmpatch.audit.report import AuditReport, SyncKind, SyncPoint
 
 log = logging.getLogger("tmpatch")
 
@@ -269,33 +269,39 @@ def find_row(name: str) -> Row:
 
 @dataclass
 class Audited:
-    """The sync points of one call of one row in one mode (None report: not applicable)."""
+    """The points of one call of one row in one mode (None report: not applicable)."""
 
     report: Optional[AuditReport]
     patched: bool
 
     @property
     def count(self) -> Optional[int]:
+        """Number of syncs (non-syncs not counted)."""
         return None if self.report is None else self.report.count
 
     @property
     def points(self) -> List[SyncPoint]:
-        return [] if self.report is None else list(self.report.sync_points)
+        """Syncs, then non-syncs (device mismatches, pinned copies)."""
+        return [] if self.report is None else self.report.points
 
     def labels(self) -> List[Optional[Label]]:
-        """One label (or None) per sync point."""
+        """One label (or None) per point of :attr:`points`."""
         return [label_for(p) for p in self.points]
 
     def untolerated(self) -> List[SyncPoint]:
-        """Sync points not labelled inherent or validation."""
-        return [p for p, lab in zip(self.points, self.labels()) if lab is None or lab.category not in TOLERATED]
+        """Sync points not labelled inherent or validation (non-syncs never count)."""
+        return [p for p, lab in zip(self.points, self.labels())
+                if p.is_sync and (lab is None or lab.category not in TOLERATED)]
 
     def to_dict(self) -> Optional[Dict[str, Any]]:
         if self.report is None:
             return None
         data = self.report.to_dict()
-        for point, label in zip(data["sync_points"], self.labels()):
-            point["label"] = None if label is None else {"category": label.category, "reason": label.reason}
+        for key in ("sync_points", "non_syncs"):
+            for point in data[key]:
+                label = label_for(SyncPoint(SyncKind(point["kind"]), point["op"], point["location"],
+                                            point["function"], point["detail"]))
+                point["label"] = None if label is None else {"category": label.category, "reason": label.reason}
         return data
 
 
@@ -320,8 +326,9 @@ class RowResult:
         for audited in (self.update.get("patched"), self.compute.get("patched")):
             if audited is None:
                 continue
-            for label in audited.labels():
-                text = "unexplained sync" if label is None else f"{label.category}: {label.reason}"
+            for point, label in zip(audited.points, audited.labels()):
+                unexplained = "unexplained sync" if point.is_sync else f"{point.kind.value} (not a sync)"
+                text = unexplained if label is None else f"{label.category}: {label.reason}"
                 if text not in reasons:
                     reasons.append(text)
             if audited.report is not None and not audited.report.complete:
