@@ -188,10 +188,10 @@ def no_sync(request: Any):
     is the test function, not the fixtures. Yields a
     :class:`tmpatch.audit.fixture.NoSyncFixture` (``device``, ``put()``)."""
     try:
-        from tmpatch.audit.fixture import NoSyncFixture
+        from tmpatch.audit import fixture
     except ImportError as exc:
         pytest.skip(f"no_sync needs tmpatch.audit.no_sync, which is not available here ({exc})")
-    handle = NoSyncFixture()
+    handle = fixture.NoSyncFixture()
     request.node._tmpatch_no_sync = handle
     yield handle
     request.node.__dict__.pop("_tmpatch_no_sync", None)
