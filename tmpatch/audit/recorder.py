@@ -6,6 +6,11 @@ what happens above ATen (formatting, ``tolist``, ``torch.tensor`` of CUDA values
 ``torch.cuda.synchronize``) is :mod:`tmpatch.audit.host`. Besides the syncs, an op whose
 CUDA output lands on a device none of its CUDA inputs is on, and operands on two devices
 (an error on a GPU), are reported as device mismatches (not syncs).
+
+Host tensors keep real values: an op on real CPU tensors only (``torch.arange(n)``,
+``torch.tensor([...])``, ``t.tolist()`` of them) runs for real, outside the fake mode, so
+host-side code (index lists, Python conditions on host values) runs as on a GPU machine;
+only what comes from a CUDA tensor is simulated.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
                                            UnsupportedOperatorException)
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_map
 
 from tmpatch.audit.classify import Found, classify, classify_all, is_cuda, tensors
@@ -68,6 +73,14 @@ def _plain_sources(func: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Tu
     return tree_map(plain, tuple(args)), tree_map(plain, dict(kwargs))
 
 
+def _on_the_host(args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
+    """Whether an op works on real host tensors only (none simulated, nothing for CUDA)."""
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        return False
+    return all(not isinstance(t, FakeTensor) and t.device.type == "cpu" for t in tensors((args, kwargs)))
+
+
 def is_device_mismatch(exc: BaseException) -> bool:
     """Whether ``exc`` is the error of operands on different devices (fake mode or a GPU)."""
     return isinstance(exc, RuntimeError) and any(text in str(exc) for text in _MISMATCH_TEXTS)
@@ -103,6 +116,9 @@ class SyncRecorder(TorchDispatchMode):
             return func(*args, **kwargs)
         for kind, detail in found:
             self.record(kind, op_name(func), detail)
+        if _on_the_host(args, kwargs):  # host values are real, as on a GPU machine
+            with _disable_current_modes():
+                return func(*args, **kwargs)
         out = self._run(func, args, kwargs)
         if func.overloadpacket is aten.all:
             tag_all(out)
