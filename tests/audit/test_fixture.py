@@ -35,6 +35,13 @@ def test_put_is_the_intended_use(no_sync):
     out = layer(no_sync.put(torch.ones(2, 3)))
     assert out.shape == (2, 3) and out.device == no_sync.device
 
+def test_the_readme_example(tmpatch, no_sync):
+    from torchmetrics.classification import MulticlassAccuracy
+
+    metric = no_sync.put(MulticlassAccuracy(num_classes=5, validate_args=False))
+    preds, target = no_sync.put((torch.randn(8, 5), torch.randint(0, 5, (8,))))
+    metric.update(preds, target)
+
 def test_after_them_all():
     import gc
     gc.collect()
@@ -49,7 +56,7 @@ def test_misuse_fails_one_test_with_a_hint_and_never_aborts(pytester, pytestconf
     plugin = [] if pytestconfig.pluginmanager.has_plugin("tmpatch") else ["-p", "tmpatch.pytest_plugin"]
     result = pytester.runpytest_subprocess(*plugin, "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-rf")
     assert result.ret == 1, result.stdout.str()[-3000:]  # test failures, not a signal (134/139 before)
-    result.assert_outcomes(passed=2, failed=3)
+    result.assert_outcomes(passed=3, failed=3)
     result.stdout.fnmatch_lines(["*SyncError: host-to-device copy*", "*no_sync.put(MeanMetric())*"])
 
 
