@@ -98,10 +98,12 @@ def make_venv(torch_version: str) -> str:
     return python
 
 
-def run(python: str, release: str, folder: str, pytest_args: Sequence[str]) -> Tuple[int, float, str]:
+def run(python: str, release: str, folder: str, pytest_args: Sequence[str],
+        first: bool = False) -> Tuple[int, float, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(folder, release), ROOT, env.get("PYTHONPATH")) if p)
     env["TMPATCH_TEST_RELEASE"] = release
+    env["TMPATCH_TEST_TORCH_FIRST"] = "1" if first else "0"  # tests of torch alone run once per torch
     start = time.monotonic()
     proc = subprocess.run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
@@ -151,7 +153,8 @@ def main(argv: List[str]) -> int:
         except Exception as exc:  # noqa: BLE001 - no venv: every run of that torch fails
             code, seconds, output = 1, 0.0, f"cannot make the venv for torch {torch_version}: {exc}"
         else:
-            code, seconds, output = run(python, release, args.folder, args.pytest_args)
+            code, seconds, output = run(python, release, args.folder, args.pytest_args,
+                                        first=release == plan[torch_version][0])
         last = output.strip().splitlines()[-1] if output.strip() else "(no output)"
         with lock:
             sys.stdout.write(f"torch {label} torchmetrics {release}: exit {code} in {seconds:.0f}s: {last}\n")

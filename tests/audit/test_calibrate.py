@@ -152,3 +152,15 @@ def test_real_audit_plumbing_on_stubs(monkeypatch):
     assert point.location.endswith(f"test_calibrate.py:{reads.__code__.co_firstlineno + 2}")
     assert calibrate.time_call(lambda: None, 3) >= 0.0
     assert calibrate.device_for("cuda:1") == "cuda:0" and calibrate.device_for("cuda:0") == "cuda:0"
+
+
+def test_a_broken_source_does_not_stop_the_others(monkeypatch, capsys):
+    def broken(real):
+        yield "first", Outcome(0)
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(calibrate.SOURCES, "broken", broken)
+    monkeypatch.setitem(calibrate.SOURCES, "fine", lambda real: [("ok", Outcome(1))])
+    assert calibrate.main(["--source", "broken", "--source", "fine", "--simulated-only"]) == 0
+    out = capsys.readouterr().out
+    assert "(the source itself)" in out and "RuntimeError: boom" in out and "fine     ok" in out

@@ -3,9 +3,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from tmpatch.audit import audit, guard, simulated_cuda
+
+from tests.audit.helpers import once_per_torch
 
 
 def _registry_cuda() -> int:
@@ -24,6 +27,7 @@ def test_simulation_leaves_the_registry_and_torch_cuda_as_found():
     assert guard.guard_kind() in ("python", "meta")
 
 
+@pytest.mark.skipif(not once_per_torch(), reason="once per torch of the matrix")
 def test_no_cuda_initialisation_on_this_build():
     """On a CUDA build without a GPU (and on a CPU-only one) every probe runs simulated
     without initialising CUDA: the driver is never asked for a device."""

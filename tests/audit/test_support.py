@@ -3,7 +3,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tmpatch.audit import cli, support
+
+from tests.audit.helpers import once_per_torch
 
 
 def test_the_range():
@@ -15,6 +19,7 @@ def test_the_range():
     assert support.MIN_TORCH == "2.1" and support.TESTED_TORCH[0].startswith("2.1")
 
 
+@pytest.mark.skipif(not once_per_torch(), reason="once per torch of the matrix")
 def test_an_old_torch_gets_the_message_from_every_entry_point():
     code = textwrap.dedent("""
         import torch

@@ -205,8 +205,12 @@ def collect(chosen: Dict[str, Source], real: bool) -> Dict[Tuple[str, str], Outc
     results: Dict[Tuple[str, str], Outcome] = {}
     for name, source in chosen.items():
         log.info("tmpatch.audit.calibrate: %s (%s)", name, "real" if real else "simulated")
-        for case, report in source(real):
-            results[(name, case)] = outcome_of(report)
+        try:
+            for case, report in source(real):
+                results[(name, case)] = outcome_of(report)
+        except Exception as exc:  # noqa: BLE001 - a broken source must not stop the others
+            log.warning("tmpatch.audit.calibrate: source %s failed: %r", name, exc)
+            results[(name, "(the source itself)")] = Outcome(None, error=f"{type(exc).__name__}: {exc}")
     return results
 
 
