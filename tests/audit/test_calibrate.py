@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from tmpatch.audit import api, calibrate, cli
+from tmpatch.audit import api, calibrate, cases, cli
 from tmpatch.audit.calibrate import Outcome, compare
 
 pytest.importorskip("torchmetrics")
@@ -112,7 +112,7 @@ def test_a_sweep_plugs_in(monkeypatch, capsys):
 
     module.calibration_cases = calibration_cases
     monkeypatch.setitem(sys.modules, "tmpatch_test_sweep", module)
-    monkeypatch.setattr(calibrate, "SWEEP_MODULES", ("tmpatch_test_sweep", "tmpatch_no_such_module"))
+    monkeypatch.setattr(cases, "SWEEP_MODULES", ("tmpatch_test_sweep", "tmpatch_no_such_module"))
     monkeypatch.setitem(calibrate.SOURCES, "extra", lambda real: [("added", Outcome(0))])
     assert set(calibrate.sources(1)) == {"probes", "panel", "tmpatch_test_sweep", "extra"}
     assert calibrate.main(["--source", "tmpatch_test_sweep", "--source", "extra", "--simulated-only"]) == 0

@@ -1,5 +1,4 @@
 """The oracle on small functions with known sync points, and known sync-free ones."""
-import pytest
 import torch
 
 from tmpatch.audit import SyncKind, audit, classify

@@ -85,11 +85,16 @@ def is_mask(index: Any) -> bool:
 
 def is_pinned(t: torch.Tensor) -> bool:
     """Whether a CPU tensor is in pinned memory (a simulated tensor: tagged when made so)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
     if getattr(t, PINNED, False):
         return True
+    if t.device.type != "cpu" or type(t) is not torch.Tensor:
+        return False
     try:
-        return t.device.type == "cpu" and type(t) is torch.Tensor and bool(t.is_pinned())
-    except RuntimeError:  # no CUDA to ask
+        with _disable_current_modes():  # ask the tensor itself, not a fake mode
+            return bool(t.is_pinned())
+    except Exception:  # noqa: BLE001 - no CUDA to ask: not pinned
         return False
 
 
