@@ -246,7 +246,6 @@ def test_metric_sync_keeps_the_local_graph(monkeypatch):
     assert before.requires_grad is (not DEFECTIVE)
 
 
-@pytest.mark.skipif(not _release_in("<1.9.0"), reason="1.9.0 indexes with a tuple of slices")
 def _torch_warns_on_a_list_of_slices() -> bool:
     """Whether this torch warns when indexing with a list of slices (recent torch: deprecated)."""
     import warnings
@@ -257,6 +256,7 @@ def _torch_warns_on_a_list_of_slices() -> bool:
     return any("non-tuple sequence" in str(w.message) for w in seen)
 
 
+@pytest.mark.skipif(not _release_in("<1.9.0"), reason="1.9.0 indexes with a tuple of slices")
 def test_release_padded_path_on_this_torch(monkeypatch):
     """Up to 1.8.2 the padded path trims with ``gathered[idx][slice_param]``, a
     *list* of slices. torch reads a list of slices as a tuple; recent torch (2.13)
