@@ -23,6 +23,7 @@ import argparse
 import configparser
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -120,6 +121,11 @@ def run(python: str, release: str, folder: str, pytest_args: Sequence[str],
     return proc.returncode, time.monotonic() - start, proc.stdout
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _torch_of(python: str) -> str:
     out = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
     return out.stdout.strip() or "?"
@@ -172,9 +178,14 @@ def main(argv: List[str]) -> int:
                 sys.stdout.write(output + "\n")
             sys.stdout.flush()
 
+    start, cpu = time.monotonic(), _children_cpu()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         list(pool.map(one, jobs))
     maker.shutdown()
+    # CPU time of every run and venv made (children): on an idle machine with N cores the
+    # wall time is about this divided by N, whatever else was running here
+    sys.stdout.write(f"matrix: {len(jobs)} runs, {time.monotonic() - start:.0f}s wall, "
+                     f"{_children_cpu() - cpu:.0f}s CPU\n")
     sys.stdout.write(f"matrix: {len(jobs) - len(failed)} passed, {len(failed)} failed\n")
     return 1 if failed else 0
 
