@@ -310,8 +310,11 @@ def test_no_sync_fails_the_test_on_a_sync_in_its_body(run):
 
 def torch_fake_mode():
     import torch
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    if hasattr(torch._C, "_get_dispatch_mode"):  # torch >= 2.2: the fake mode has its own slot
+        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    return next((m for m in _get_current_dispatch_mode_stack() if type(m).__name__ == "FakeTensorMode"), None)
 
 
 def test_no_sync_skips_when_the_audit_is_not_available(run, pytester):

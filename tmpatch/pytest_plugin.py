@@ -241,12 +241,13 @@ class NoSync:
 def no_sync(request: Any):
     """Fail the test on the first host-device sync in its body (real CUDA when
     present, simulated otherwise), with :func:`tmpatch.audit.no_sync`; the body
-    is the test function, not the fixtures. Yields a :class:`NoSync`."""
+    is the test function, not the fixtures. Yields a
+    :class:`tmpatch.audit.fixture.NoSyncFixture` (``device``, ``put()``)."""
     try:
-        from tmpatch.audit import no_sync as guard
+        from tmpatch.audit import fixture
     except ImportError as exc:
         pytest.skip(f"no_sync needs tmpatch.audit.no_sync, which is not available here ({exc})")
-    handle = NoSync(guard)
+    handle = fixture.NoSyncFixture()
     request.node._tmpatch_no_sync = handle
     yield handle
     request.node.__dict__.pop("_tmpatch_no_sync", None)
