@@ -33,8 +33,8 @@ def _settling(metric: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
     """The metric's compute, reporting its books after the release's compute is done."""
 
     def compute(*args: Any, **kwargs: Any) -> Any:
-        if deferred.internal() or (not deferred.is_live() and getattr(metric, "_should_unsync", True) is False):
-            return inner(*args, **kwargs)  # torchmetrics' own call (after revert: forward's flag)
+        if deferred.internal() or (not deferred.is_live() and deferred.forward_step(1) is not None):
+            return inner(*args, **kwargs)  # torchmetrics' own call (after revert: made by forward)
         deferred.start_compute(metric)
         with deferred.scope():
             value = inner(*args, **kwargs)
