@@ -335,8 +335,8 @@ WRAPPED = {
     "MinMaxMetric-bincount": (lambda: MinMaxMetric(_accuracy()), _BAD_C, _GOOD_C),
     "MinMaxMetric-nan": (lambda: MinMaxMetric(MeanMetric(nan_strategy="error")), _BAD_N, _GOOD_N),
     "MetricTracker": (lambda: _tracker(_accuracy()), _BAD_C, _GOOD_C),
-    "MetricCollection-bincount": (lambda: MetricCollection([_accuracy(), MulticlassConfusionMatrix(3, validate_args=False)]),
-                                  _BAD_C, _GOOD_C),
+    "MetricCollection-bincount": (
+        lambda: MetricCollection([_accuracy(), MulticlassConfusionMatrix(3, validate_args=False)]), _BAD_C, _GOOD_C),
     "MetricCollection-nan": (lambda: MetricCollection({"a": MeanMetric(nan_strategy="error"),
                                                        "b": SumMetric(nan_strategy="error")}), _BAD_N, _GOOD_N),
     "MultitaskWrapper": (lambda: MultitaskWrapper({"a": _accuracy(), "b": MeanMetric(nan_strategy="error")}),

@@ -19,8 +19,9 @@ at the user's next ``compute()`` instead, exactly once (:mod:`tmpatch.deferred`)
   and MultitaskWrapper, not yet ``WrapperMetric`` subclasses, get the book layer too).
 
 Releases: 1.0.0-1.9.0 (two implementations of ``forward``, ``reset`` and
-``MetricCollection.compute``, three of ``_wrap_compute``, one of the others). ``tmpatch.revert()`` keeps pending reports: the
-compute layer stays with the metrics built while applied (:func:`deferred.detach`).
+``MetricCollection.compute``, three of ``_wrap_compute``, one of the others).
+``tmpatch.revert()`` keeps pending reports: the compute layer stays with the metrics
+built while applied (:func:`deferred.detach`).
 """
 from __future__ import annotations
 
