@@ -208,6 +208,20 @@ def test_errors_come_after_every_warning_and_nothing_stays_pending():
     assert len(REPORTS) == 2
 
 
+def test_two_errors_at_one_compute_are_raised_together():
+    def fail(top, found, all_ranks):
+        raise RuntimeError("second record failed")
+
+    failing = deferred.Record("toy_failing", fail)
+    metric = _booked(Clipped())
+    metric.update(-torch.ones(100))
+    failing.add(metric, torch.tensor(1))
+    with pytest.raises(ValueError) as raised:
+        deferred.settle(metric)
+    assert str(raised.value) == "100 negative values\nAlso: second record failed"
+    del deferred._records["toy_failing"]
+
+
 def test_a_count_that_cannot_be_read_is_logged_and_dropped(caplog):
     metric = _booked(Clipped())
     TOY.add(metric, torch.empty((), dtype=torch.int64, device="meta"))  # no value to read

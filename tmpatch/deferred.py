@@ -268,6 +268,9 @@ def settle(metric: Any) -> None:
             record.reporter(metric, found, all_ranks[key])
         except Exception as exc:  # noqa: BLE001 - an error report: raised after the warnings
             errors.append(exc)
+    if len(errors) > 1 and len(errors[0].args) == 1 and isinstance(errors[0].args[0], str):
+        # one raise per compute: the others ride in its message, not lost
+        errors[0].args = ("\n".join([errors[0].args[0]] + [f"Also: {exc}" for exc in errors[1:]]),)
     if errors:
         raise errors[0]
 
