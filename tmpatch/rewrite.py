@@ -117,8 +117,9 @@ def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapp
     module = ast.parse(f"def __tmpatch_rewrite__({', '.join(helpers)}):\n    return {function.name}\n")
     factory = module.body[0]
     factory.body.insert(0, function)
+    inside = {id(node) for node in ast.walk(function)}
     for node in ast.walk(module):
-        if node is not function and not any(node is n for n in ast.walk(function)) and hasattr(node, "lineno"):
+        if id(node) not in inside and hasattr(node, "lineno"):
             ast.copy_location(node, function)
     namespace: Dict[str, Any] = {}
     flags = code.co_flags & _FUTURE_FLAGS  # e.g. ``from __future__ import annotations`` of the release's module
