@@ -207,7 +207,7 @@ def test_validate_args_keeps_the_releases_checks():
 
 
 # -- where the release runs as it is ---------------------------------------------------------------
-@SETTINGS
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data(), st.sampled_from(["stat_scores", "confusion", "curve"]), st.sampled_from(["binary", "multiclass",
                                                                                            "multilabel"]))
 def test_eager_policy_is_the_release(data, family, kind):
