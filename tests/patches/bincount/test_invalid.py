@@ -115,6 +115,19 @@ def test_left_out_values_stay_out_at_every_threshold(kind, thresholds):
                                   validate_args=False))
 
 
+@pytest.mark.parametrize("ignore", [None, -1])
+def test_a_multilabel_target_equal_to_the_formatters_mark_is_reported(ignore):
+    """The multilabel formatters mark ignored elements with -4 * labels (* thresholds for
+    curves) in preds and target: a target of that value the formatter did not mark is an
+    invalid class like any other (upstream drops it silently as a negative code)."""
+    target = torch.tensor([[0, 1, -100, 1, -1], [0, 0, 1, 1, 1], [7, 0, 1, 0, -20]])
+    _check("multilabel", 5, ignore, [(torch.rand(3, 5), target)],
+           lambda ii: cls.MultilabelPrecisionRecallCurve(5, thresholds=5, ignore_index=ii, validate_args=False))
+    labels = torch.tensor([[0, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 0, 1, 0, 0]])
+    _check("multilabel", 5, ignore, [(labels, target)],
+           lambda ii: cls.MultilabelConfusionMatrix(5, ignore_index=ii, validate_args=False))
+
+
 # -- the release's loop paths -----------------------------------------------------------------------
 def test_large_binary_curve_leaves_invalid_targets_out():
     """Over 50,000 values upstream loops over thresholds (and there counts a target 2 as 0)."""

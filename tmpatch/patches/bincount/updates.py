@@ -188,15 +188,20 @@ build_multiclass_curve_update_average = _multiclass_curve(average=True)
 
 
 # -- the multilabel update functions: their removal of negative codes, edited -------------
-def multilabel_codes(codes: Any, preds: Any, target: Any, fill: int) -> Any:
+def multilabel_codes(codes: Any, preds: Any, target: Any, fill: int, scores: Any = None) -> Any:
     """``codes[codes >= 0]`` (the release), or in a recorded update every code, with -1 for
-    the entries to leave out: ignored ones (the formatter set preds and target to ``fill``)
-    and invalid ones (target, or label ``preds`` when given, not 0 or 1; reported)."""
+    the entries to leave out: ignored ones (the formatter set preds, or the curve's
+    ``scores``, and target to ``fill``) and invalid ones (target, or label ``preds`` when
+    given, not 0 or 1; reported). A target equal to ``fill`` counts as ignored where the
+    preds cannot tell (thresholded preds are bool: the fill became True there)."""
     update = current.get()
     if update is None:
         return codes[codes >= 0]
     valid = _binary(target) if preds is None else _binary(target) & _binary(preds)
-    ignored = target == fill  # (not preds: thresholded ones are bool, where the fill became True)
+    ignored = target == fill
+    marks = scores if scores is not None else preds
+    if marks is not None and (marks.is_floating_point() or marks.dtype == target.dtype):
+        ignored &= marks == fill  # a target of that value not marked by the formatter is invalid
     update.bad(~(valid | ignored))
     if codes.dim() == valid.dim() + 1:  # the curve's codes: one per threshold
         valid = valid.unsqueeze(-1).expand_as(codes)
@@ -218,6 +223,6 @@ MULTILABEL_CONFUSION = Rewrite(
 )
 MULTILABEL_CURVE = Rewrite(
     (Edit(_NEGATIVES, "unique_mapping = _tmpatch_multilabel_codes(unique_mapping, None, target, "
-                      "-4 * num_labels * len_t)"),),
+                      "-4 * num_labels * len_t, preds)"),),
     _names,
 )
