@@ -11,7 +11,7 @@ import logging
 import sys
 import types
 import warnings
-from typing import Dict, Iterable, List, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
 from tmpatch import selection, settings
@@ -118,23 +118,39 @@ def _holders(key: Tuple[str, str]) -> Dict[str, Variant]:
     return {name: held[name] for name in catalogue.NAMES if name in held}
 
 
+def _around(wrapper: Callable[..., Any], inner: Optional[Callable[..., Any]]) -> Callable[..., Any]:
+    """``wrapper`` (a replacement) run around ``inner`` (a replacement, or the original itself)."""
+    if inner is None:
+        return wrapper
+
+    def joined(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        def within(*a: Any, **k: Any) -> Any:
+            return inner(original, *a, **k)
+
+        return wrapper(within, *args, **kwargs)
+
+    return joined
+
+
+def _joined(key: Tuple[str, str], module: Any, holders: Dict[str, Variant]) -> Callable[..., Any]:
+    """One replacement for every holder of ``key``: the edits applied together to the
+    original, then the wrappers around it, the first in catalogue order outermost."""
+    edits = [v.build for v in holders.values() if isinstance(v.build, Rewrite)]
+    inner = rewrite.replacement(_engine.original(key), module, edits) if edits else None
+    for variant in reversed([v for v in holders.values() if not isinstance(v.build, Rewrite)]):
+        assert variant.build is not None
+        inner = _around(variant.build(module), inner)
+    assert inner is not None
+    return inner
+
+
 def _put(target: Target, patch: Patch, variant: Variant, sweep: bool) -> None:
-    """Install ``patch``'s replacement for ``target``; edits of several patches are joined."""
+    """Install ``patch``'s replacement for ``target``, joined with those of the patches that
+    hold it already (edits applied together, wrappers around them)."""
     key = _key(target)
     module = sys.modules[target.module]
-    holders = _holders(key)
-    if isinstance(variant.build, Rewrite):
-        others = [v for name, v in holders.items() if name != patch.name]
-        if any(not isinstance(v.build, Rewrite) for v in others):
-            raise PatchError(f"{target.path} is patched by {', '.join(holders)}, which does not edit it")
-        joined = {**holders, patch.name: variant}
-        edits = [joined[name].build for name in catalogue.NAMES if name in joined]
-        replacement = rewrite.replacement(_engine.original(key), module, edits)
-    else:
-        if holders and patch.name not in holders:
-            raise PatchError(f"{target.path} is patched by {', '.join(holders)} already")
-        assert variant.build is not None
-        replacement = variant.build(module)
+    joined = {**_holders(key), patch.name: variant}
+    replacement = _joined(key, module, {name: joined[name] for name in catalogue.NAMES if name in joined})
     layer = _engine.layer(key)
     if layer is not None and layer.active:
         _engine.swap(key, replacement)
@@ -151,9 +167,7 @@ def _take(target: Target, patch: Patch) -> str:
         return ""  # recognised only (a fixed variant), or never installed: nothing of this patch there
     rest = _holders(key)
     if rest:
-        module = sys.modules[target.module]
-        edits = [v.build for v in rest.values() if isinstance(v.build, Rewrite)]
-        _engine.swap(key, rewrite.replacement(_engine.original(key), module, edits))
+        _engine.swap(key, _joined(key, sys.modules[target.module], rest))
         return ""
     return _engine.remove(key, scope=_scope(target))
 
