@@ -30,6 +30,7 @@ NAMES = (
     "nominal_bincount",
     "fairness_groups",
     "scalar_tensors",
+    "image_constants",
     "logits_check",
     "gather_autograd",
 )

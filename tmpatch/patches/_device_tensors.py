@@ -9,11 +9,13 @@ int64, the default float dtype; ints given a floating dtype pass through a Pytho
 as ``torch.tensor`` converts them), so the result is the same tensor, bit for bit. Other
 data (tensors, numpy values, nested lists), CPU devices and values a fill cannot take
 (``torch.tensor`` raises, or rounds where ``torch.full`` raises) take ``torch.tensor`` itself.
-Knows nothing of torchmetrics; imports torch when first called.
+:func:`to_device` does the same for ``t.to(dtype=..., device=...)`` of a small CPU tensor
+(its values converted on the host, then filled). Knows nothing of torchmetrics; imports
+torch when first called.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 #: on the CPU, call torch.tensor itself (no copy to save there); the tests turn it off to run
 #: the fill path on the CPU, where a fill converts the value as it does on CUDA
@@ -23,10 +25,10 @@ CPU_FAST = True
 MAX_FILLS = 16
 
 _NUMBERS = (bool, int, float)
-_built: Optional[Callable[..., Any]] = None
+_built: Optional[Tuple[Callable[..., Any], Callable[..., Any]]] = None
 
 
-def _build() -> Callable[..., Any]:
+def _build() -> Tuple[Callable[..., Any], Callable[..., Any]]:
     import torch
 
     tensor, full, empty, default_dtype = torch.tensor, torch.full, torch.empty, torch.get_default_dtype
@@ -73,7 +75,21 @@ def _build() -> Callable[..., Any]:
         except (RuntimeError, OverflowError, TypeError):  # e.g. a finite value too large for float32
             return tensor(data, dtype=dtype, device=device)
 
-    return device_tensor
+    def to_device(t: Any, dtype: Any, device: Any) -> Any:
+        where = device if type(device) is device_type else device_type(device)
+        if ((CPU_FAST and where.type == "cpu") or t.device.type != "cpu" or t.numel() > MAX_FILLS or t.requires_grad
+                or dtype not in floating | integral or t.dtype not in floating | integral):
+            return t.to(dtype=dtype, device=device)
+        host = t.to(dtype=dtype)  # the release's conversion, on the host
+        if dtype in floating and not bool(torch.isfinite(host).all()):  # NaN payloads: keep the copy
+            return t.to(dtype=dtype, device=device)
+        out = empty(host.shape, dtype=dtype, device=where)
+        flat = out.view(-1)
+        for index, item in enumerate(host.reshape(-1).tolist()):
+            flat.select(0, index).fill_(item)
+        return out
+
+    return device_tensor, to_device
 
 
 def device_tensor(data: Any, dtype: Any = None, device: Any = None) -> Any:
@@ -82,7 +98,16 @@ def device_tensor(data: Any, dtype: Any = None, device: Any = None) -> Any:
     global _built
     if _built is None:
         _built = _build()
-    return _built(data, dtype=dtype, device=device)
+    return _built[0](data, dtype=dtype, device=device)
+
+
+def to_device(t: Any, dtype: Any, device: Any) -> Any:
+    """``t.to(dtype=dtype, device=device)``, made on the device without a copy where ``t`` is a
+    small CPU tensor (up to :data:`MAX_FILLS` finite values): converted on the host, then filled."""
+    global _built
+    if _built is None:
+        _built = _build()
+    return _built[1](t, dtype, device)
 
 
 def swap(statement: str) -> str:
