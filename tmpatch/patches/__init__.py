@@ -31,6 +31,7 @@ NAMES = (
     "fairness_groups",
     "scalar_tensors",
     "image_constants",
+    "wrapper_indices",
     "logits_check",
     "gather_autograd",
 )
