@@ -32,6 +32,7 @@ NAMES = (
     "scalar_tensors",
     "image_constants",
     "wrapper_indices",
+    "panoptic_preprocess",
     "logits_check",
     "gather_autograd",
 )
