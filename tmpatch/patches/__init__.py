@@ -33,6 +33,7 @@ NAMES = (
     "image_constants",
     "wrapper_indices",
     "panoptic_preprocess",
+    "pearson_update",
     "logits_check",
     "gather_autograd",
 )
