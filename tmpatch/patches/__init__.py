@@ -34,6 +34,7 @@ NAMES = (
     "wrapper_indices",
     "panoptic_preprocess",
     "pearson_update",
+    "segmentation_format",
     "logits_check",
     "gather_autograd",
 )
