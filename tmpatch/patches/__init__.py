@@ -35,6 +35,7 @@ NAMES = (
     "panoptic_preprocess",
     "pearson_update",
     "segmentation_format",
+    "pit_permutations",
     "logits_check",
     "gather_autograd",
 )
