@@ -29,15 +29,16 @@ NAMES = (
     "retrieval_check",
     "nominal_bincount",
     "fairness_groups",
+    "logits_check",
+    "gather_autograd",
     "scalar_tensors",
     "image_constants",
     "wrapper_indices",
     "panoptic_preprocess",
     "pearson_update",
     "segmentation_format",
+    "legacy_dice_checks",
     "pit_permutations",
-    "logits_check",
-    "gather_autograd",
 )
 
 _loaded: Dict[str, Patch] = {}
