@@ -38,6 +38,7 @@ NAMES = (
     "pearson_update",
     "segmentation_format",
     "legacy_dice_checks",
+    "tweedie_checks",
     "pit_permutations",
 )
 

@@ -193,10 +193,13 @@ PATCH = Patch(
     known=since("1.0.0"),
     upstream="not fixed upstream (torch.tensor(..., device=...), .to(device) of host tensors in the image updates)",
     labels=(
-        Label(PATCHED, "an image metric copies a count, a constant or an index list to the device (or PSNRB reads "
-              "d_b > d_bc); the image_constants patch makes them on the device",
-              function=r"_psnrb?_update|_compute_bef|_ssim_update|_psnrb_compute|relative_average_spectral_error|_multiscale_ssim_update|_vif_per_channel|_scc_update"
-                       r"|_single_dimension_pad"),
+        Label(PATCHED, "an image metric copies a count, a constant or an index list to the device; the "
+              "image_constants patch makes them on the device",
+              function=r"_psnrb?_update|_compute_bef|_ssim_update|_multiscale_ssim_update|_vif_per_channel|_scc_update"
+                       r"|_single_dimension_pad|relative_average_spectral_error", kind="host-to-device copy"),
+        Label(PATCHED, "PSNRB reads d_b > d_bc (block effect) and, before 1.8.0, data_range > 2 (compute); the "
+              "image_constants patch chooses with torch.where", function=r"_compute_bef|_psnrb_compute",
+              op="aten._local_scalar_dense"),
         Label(PATCHED, "MS-SSIM (1.6.2+) copies the batch size to the device; the image_constants patch fills it",
               function="update", file="torchmetrics/image/ssim.py", op="aten._to_copy"),
     ),
