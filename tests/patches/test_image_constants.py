@@ -64,7 +64,8 @@ if HAS_SCC:
 if HAS_VIF:
     CASES["VIF"] = (I.VisualInformationFidelity, lambda: _images(1, 1, 41, 41), False)  # boolean masks remain
 FUNCTIONS = {"_psnr_update", "_psnrb_update", "_compute_bef", "_psnrb_compute", "relative_average_spectral_error",
-             "_ssim_update", "_multiscale_ssim_update", "_vif_per_channel", "_scc_update", "_single_dimension_pad", "update"}
+             "_ssim_update", "_multiscale_ssim_update", "_vif_per_channel", "_scc_update", "_single_dimension_pad",
+             "update"}
 
 
 class _Points(list):
@@ -168,8 +169,8 @@ def _calls(draw):
         return (PAD_MODULE, "_single_dimension_pad"), (x, dim, pad, draw(st.integers(0, 1))), {}
     if kind == "rase":
         shape = (draw(st.integers(1, 2)), draw(st.integers(1, 2)), 8, 8)
-        return ("rase", "relative_average_spectral_error"), (_tensor(draw, shape, dtype, 0.125, 1.0),
-                                                                 _tensor(draw, shape, dtype, 0.125, 1.0)), {"window_size": 3}
+        args = (_tensor(draw, shape, dtype, 0.125, 1.0), _tensor(draw, shape, dtype, 0.125, 1.0))
+        return ("rase", "relative_average_spectral_error"), args, {"window_size": 3}
     if kind == "ms_ssim":
         betas = draw(st.sampled_from([(0.0448, 0.2856, 0.3001), (1, 2), (0.5, 0.25, 0.125, 2.0)]))
         shape = (1, 1, 96, 96)

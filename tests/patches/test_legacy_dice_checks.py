@@ -14,7 +14,8 @@ from tmpatch.patches import _device_tensors as helper
 from tmpatch.patches import legacy_dice_checks as patch
 
 pytestmark = [pytest.mark.skipif(release_in(">=1.7.0"), reason="Dice was removed in 1.7.0"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
+              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
 
 if release_in("<1.7.0"):
     from torchmetrics.classification import Dice
@@ -43,7 +44,8 @@ def _g(seed=0):
 
 #: Dice arguments and valid inputs of each kind the legacy formatter tells apart
 CONFIGS = {
-    "multiclass": (dict(num_classes=3), lambda: (torch.rand(8, 3, generator=_g()), torch.randint(0, 3, (8,), generator=_g()))),
+    "multiclass": (dict(num_classes=3),
+                   lambda: (torch.rand(8, 3, generator=_g()), torch.randint(0, 3, (8,), generator=_g()))),
     "macro": (dict(num_classes=3, average="macro"),
               lambda: (torch.rand(8, 3, generator=_g()), torch.randint(0, 3, (8,), generator=_g()))),
     "labels": (dict(num_classes=3), lambda: (torch.randint(0, 3, (8,), generator=_g()),

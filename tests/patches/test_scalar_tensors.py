@@ -108,7 +108,8 @@ def _ints(draw, shape, high):
     n = 1
     for s in shape:
         n *= s
-    return torch.tensor(draw(st.lists(st.integers(0, high - 1), min_size=n, max_size=n)), dtype=torch.long).reshape(shape)
+    values = draw(st.lists(st.integers(0, high - 1), min_size=n, max_size=n))
+    return torch.tensor(values, dtype=torch.long).reshape(shape)
 
 
 def _floats(draw, shape, low=-3.0, high=3.0, dtype=torch.float32):
@@ -144,7 +145,8 @@ def _calls(draw):
         return key, (_floats(draw, (rows, cols), dtype=dtype), _ints(draw, (rows, cols), 2)), {}
     if key == "log_cosh":
         shape = (rows,) if draw(st.booleans()) else (rows, cols)
-        return key, (_floats(draw, shape, dtype=dtype), _floats(draw, shape, dtype=dtype), 1 if len(shape) == 1 else cols), {}
+        outputs = 1 if len(shape) == 1 else cols
+        return key, (_floats(draw, shape, dtype=dtype), _floats(draw, shape, dtype=dtype), outputs), {}
     if key == "tweedie":
         power = draw(st.sampled_from([0.0, 1.0, 2.0, 3.0, 1.5, -1.0]))
         return key, (_floats(draw, (rows,), 0.125, 3.0, dtype), _floats(draw, (rows,), 0.125, 3.0, dtype), power), {}

@@ -11,7 +11,7 @@ import tmpatch
 from tests.conftest import assert_bitwise, release_in
 
 NEEDED = release_in(">=1.4.0,<1.5.0")
-pytestmark = pytest.mark.skipif(not NEEDED, reason="the format is an argument from 1.5.0; no such function before 1.4.0")
+pytestmark = pytest.mark.skipif(not NEEDED, reason="the format is an argument from 1.5.0; no function before 1.4.0")
 FUNCTIONS = {
     "mean_iou": ("torchmetrics.functional.segmentation.mean_iou", "_mean_iou_update"),
     "generalized_dice": ("torchmetrics.functional.segmentation.generalized_dice", "_generalized_dice_update"),
@@ -36,10 +36,11 @@ def _one_hot(dtype, seed=0):
 def test_format_detection_reads_once_or_not_at_all_on_simulated_cuda(dtype, reads):
     from tmpatch.audit import SyncKind, audit
 
+    functions = {name for _, name in FUNCTIONS.values()} | {"index_formats"}
+
     def points(report):
         kinds = (SyncKind.D2H_READ, SyncKind.D2H_COPY)
-        return [p for p in report.sync_points if p.kind in kinds and p.function in {name for _, name in
-                                                                                  FUNCTIONS.values()} | {"index_formats"}]
+        return [p for p in report.sync_points if p.kind in kinds and p.function in functions]
 
     from torchmetrics.segmentation import GeneralizedDiceScore, MeanIoU
 

@@ -1,4 +1,4 @@
-"""wrapper_indices: MultioutputWrapper's output index made on the device, BootStrapper's indices copied without blocking."""
+"""wrapper_indices: MultioutputWrapper's index made on the device, BootStrapper's indices copied without blocking."""
 from __future__ import annotations
 
 import pytest

@@ -92,22 +92,25 @@ def _build() -> Tuple[Callable[..., Any], Callable[..., Any]]:
     return device_tensor, to_device
 
 
-def device_tensor(data: Any, dtype: Any = None, device: Any = None) -> Any:
-    """``torch.tensor(data, dtype=dtype, device=device)``, made on the device without a copy
-    where ``data`` is a Python number or a flat list/tuple of up to :data:`MAX_FILLS` of them."""
+def built() -> Tuple[Callable[..., Any], Callable[..., Any]]:
+    """``(device_tensor, to_device)`` themselves (built once, when first asked): what a patch
+    binds into its edited functions, one call layer less than the functions below."""
     global _built
     if _built is None:
         _built = _build()
-    return _built[0](data, dtype=dtype, device=device)
+    return _built
+
+
+def device_tensor(data: Any, dtype: Any = None, device: Any = None) -> Any:
+    """``torch.tensor(data, dtype=dtype, device=device)``, made on the device without a copy
+    where ``data`` is a Python number or a flat list/tuple of up to :data:`MAX_FILLS` of them."""
+    return built()[0](data, dtype=dtype, device=device)
 
 
 def to_device(t: Any, dtype: Any, device: Any) -> Any:
     """``t.to(dtype=dtype, device=device)``, made on the device without a copy where ``t`` is a
     small CPU tensor (up to :data:`MAX_FILLS` finite values): converted on the host, then filled."""
-    global _built
-    if _built is None:
-        _built = _build()
-    return _built[1](t, dtype, device)
+    return built()[1](t, dtype, device)
 
 
 def swap(statement: str) -> str:

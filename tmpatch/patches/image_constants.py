@@ -52,7 +52,7 @@ from types import ModuleType
 from typing import Any, Dict, Tuple
 
 from tmpatch.patches import _device_tensors
-from tmpatch.patches._device_tensors import device_tensor, swap, to_device
+from tmpatch.patches._device_tensors import built, swap
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
@@ -113,8 +113,10 @@ def _names(module: ModuleType) -> Dict[str, Any]:
             return where(condition, chosen, other)
         return chosen if condition else other  # the result's dtype depends on the value: the release's read
 
-    return {"_tmpatch_tensor": device_tensor, "_tmpatch_select": select, "_tmpatch_to_device": to_device, "_tmpatch_on_device": _on_device,
-            "_tmpatch_size_product": size_product, "_tmpatch_bef_indices": bef_indices,
+    device_tensor, to_device = built()
+    return {"_tmpatch_tensor": device_tensor, "_tmpatch_select": select, "_tmpatch_to_device": to_device,
+            "_tmpatch_on_device": _on_device, "_tmpatch_size_product": size_product,
+            "_tmpatch_bef_indices": bef_indices,
             "_tmpatch_bef_on_device": bef_on_device, "_tmpatch_bef": bef}
 
 
@@ -188,7 +190,8 @@ def _variants(rewrite: Any, *found: Tuple[Any, str]) -> Tuple[Variant, ...]:
 
 PATCH = Patch(
     name="image_constants",
-    summary="PSNR, PSNRB, SSIM, MS-SSIM, VIF, SCC and the sliding-window metrics copy counts, constants and index lists "
+    summary="PSNR, PSNRB, SSIM, MS-SSIM, VIF, SCC and the sliding-window metrics copy counts, constants and index "
+            "lists "
             "to the device on each update() (PSNRB also reads one value); made on the device",
     known=since("1.0.0"),
     upstream="not fixed upstream (torch.tensor(..., device=...), .to(device) of host tensors in the image updates)",
@@ -211,7 +214,8 @@ PATCH = Patch(
             Variant(span("1.6.0", "1.9.0"), "c89d120d702bb253", _psnr("num_obs")),  # annotation only
         )),
         Target(module=f"{_IMG}.psnrb", qualname="_psnrb_update", variants=(
-            Variant(span("1.0.0", "1.1.2"), "0a8d36553efa9a83", _swapped("n_obs = tensor(target.numel(), device=target.device)")),
+            Variant(span("1.0.0", "1.1.2"), "0a8d36553efa9a83",
+                    _swapped("n_obs = tensor(target.numel(), device=target.device)")),
             *_variants(_swapped("num_obs = tensor(target.numel(), device=target.device)"),
                        (span("1.2.0", "1.5.2"), "ed5a0c079f5513f3"), (span("1.6.0", "1.9.0"), "90a6ba363631b7ac")),
         )),
@@ -229,7 +233,8 @@ PATCH = Patch(
             (span("1.4.2", "1.5.2"), "6c13e38998c1a484"), (span("1.6.0", "1.9.0"), "2f9d9f33f0a612b2"))),
         Target(module=f"{_IMG}.ssim", qualname="_multiscale_ssim_update", variants=_variants(
             MS_SSIM, (span("1.0.0", "1.5.2"), "badd94c11ebc0278"), (span("1.6.0", "1.9.0"), "f404a1bef7fe1e0f"))),
-        Target(module="torchmetrics.image.ssim", qualname="MultiScaleStructuralSimilarityIndexMeasure.update", variants=(
+        Target(module="torchmetrics.image.ssim", qualname="MultiScaleStructuralSimilarityIndexMeasure.update",
+               variants=(
             Variant(span("1.0.0", "1.6.1"), "fb20240c8b6da156"),  # ``self.total += preds.shape[0]``: no copy
             Variant(span("1.6.2", "1.9.0"), "d135c620b7ec0591", MS_SSIM_TOTAL),
         )),

@@ -17,8 +17,9 @@ applied; the class ``update`` marks it), each check's device condition is counte
 device instead of read, and the release's ``ValueError`` (its own message) is raised once at
 the next ``compute()``. So that invalid labels cannot index out of range on the device
 meanwhile, ``to_onehot`` clamps its labels into ``[0, num_classes)`` in a marked update (valid
-labels are unchanged). On the CPU the conditions are read at once (free there) and only a
-failing update is counted: the report is the same on every device. ``_reduce_stat_scores``
+labels are unchanged; on the CPU only after a failed check). On the CPU the conditions are
+read at once (free there) and only a failing update is counted: the report is the same on
+every device. ``_reduce_stat_scores``
 makes its numbers with ``torch.full`` (:func:`tmpatch.patches._device_tensors.device_tensor`).
 
 Deliberate difference: a batch that fails a check is kept in the states (its bad labels
@@ -38,7 +39,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tmpatch import deferred
-from tmpatch.patches._device_tensors import device_tensor, swap
+from tmpatch.patches._device_tensors import built, swap
 from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 #: on the CPU, read a condition at once (free there) and count failing updates only; the tests
@@ -73,8 +74,18 @@ def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
 
 RECORDS = {key: deferred.Record(f"legacy_dice_checks:{key}", _reporter(key)) for key in MESSAGES}
 
-#: the Dice whose update is running in this thread / task, if it records
-_current: "contextvars.ContextVar[Optional[Any]]" = contextvars.ContextVar("tmpatch_legacy_dice", default=None)
+class _Update:
+    """A marked update: its metric, and whether a deferred check may have failed (labels to clamp)."""
+
+    __slots__ = ("metric", "suspect")
+
+    def __init__(self, metric: Any) -> None:
+        self.metric = metric
+        self.suspect = False
+
+
+#: the marked update running in this thread / task, if its Dice records
+_current: "contextvars.ContextVar[Optional[_Update]]" = contextvars.ContextVar("tmpatch_legacy_dice", default=None)
 
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
@@ -84,7 +95,7 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
     def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
         if not recorded(self):
             return original(self, *args, **kwargs)
-        token = _current.set(self)
+        token = _current.set(_Update(self))
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -94,10 +105,12 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
 
 
 def build_to_onehot(module: ModuleType) -> Callable[..., Any]:
-    """``to_onehot``: in a marked update, labels clamped into ``[0, num_classes)`` first."""
+    """``to_onehot``: in a marked update where a check may have failed, labels clamped into
+    ``[0, num_classes)`` first."""
 
     def to_onehot(original: Callable, label_tensor: Any, num_classes: Optional[int] = None) -> Any:
-        if _current.get() is not None and type(num_classes) is int and num_classes > 0:
+        update = _current.get()
+        if update is not None and update.suspect and type(num_classes) is int and num_classes > 0:
             label_tensor = label_tensor.clamp(0, num_classes - 1)
         return original(label_tensor, num_classes)
 
@@ -111,17 +124,19 @@ def _names(module: ModuleType) -> Dict[str, Any]:
 
     def check(condition: Any, key: str) -> Any:
         """The release's ``condition``; in a marked update, counted for compute() instead (False)."""
-        metric = _current.get()
-        if metric is None:
+        update = _current.get()
+        if update is None:
             return condition
         if CPU_FAST and condition.device.type == "cpu":
             if bool(condition):  # a read costs nothing on the CPU
-                RECORDS[key].add(metric, ones((), dtype=int64))
+                RECORDS[key].add(update.metric, ones((), dtype=int64))
+                update.suspect = True
             return False
-        RECORDS[key].add(metric, condition)
+        RECORDS[key].add(update.metric, condition)
+        update.suspect = True  # not known on the host: clamp
         return False
 
-    return {"_tmpatch_check": check, "_tmpatch_tensor": device_tensor}
+    return {"_tmpatch_check": check, "_tmpatch_tensor": built()[0]}
 
 
 def _deferred(statement: str, *conditions: Tuple[str, str]) -> Edit:
@@ -135,7 +150,8 @@ def _deferred(statement: str, *conditions: Tuple[str, str]) -> Edit:
 _M = MESSAGES
 BASIC = Rewrite((
     _deferred("if (ignore_index is None and target.min() < 0) or (ignore_index and ignore_index >= 0 and "
-              f"target.min() < 0):\n    raise ValueError({_M['target_negative']!r})", ("target.min() < 0", "target_negative")),
+              f"target.min() < 0):\n    raise ValueError({_M['target_negative']!r})",
+              ("target.min() < 0", "target_negative")),
     _deferred(f"if not preds_float and preds.min() < 0:\n    raise ValueError({_M['preds_negative']!r})",
               ("preds.min() < 0", "preds_negative")),
     _deferred(f"if multiclass is False and target.max() > 1:\n    raise ValueError({_M['target_binary']!r})",
@@ -152,12 +168,13 @@ NUM_CLASSES = Rewrite((_deferred(f"if target.numel() > 0 and num_classes <= targ
                                  f"    raise ValueError({_M['num_classes']!r})",
                                  ("num_classes <= target.max()", "num_classes")),), _names)
 REDUCE = Rewrite(tuple(Edit(s, swap(s)) for s in (
-    "numerator = torch.where(\n    zero_div_mask, tensor(zero_division, dtype=numerator.dtype, device=numerator.device), "
-    "numerator\n)",
+    "numerator = torch.where(\n    zero_div_mask, tensor(zero_division, dtype=numerator.dtype, "
+    "device=numerator.device), numerator\n)",
     "denominator = torch.where(\n    zero_div_mask | ignore_mask, tensor(1.0, dtype=denominator.dtype, "
     "device=denominator.device), denominator\n)",
     "weights = torch.where(ignore_mask, tensor(0.0, dtype=weights.dtype, device=weights.device), weights)",
-    "scores = torch.where(torch.isnan(scores), tensor(zero_division, dtype=scores.dtype, device=scores.device), scores)",
+    "scores = torch.where(torch.isnan(scores), tensor(zero_division, dtype=scores.dtype, device=scores.device), "
+    "scores)",
     'return torch.where(ignore_mask, tensor(float("nan"), device=scores.device), scores)',
 )), _names)
 
@@ -183,7 +200,8 @@ PATCH = Patch(
               "counts them on the device and reports at compute()",
               function=r"_basic_input_validation|_check_shape_and_type_consistency|_check_classification_inputs"
                        r"|_check_num_classes_mc", op="aten._local_scalar_dense"),
-        Label(PATCHED, "the legacy Dice's compute copies numbers to the device; the legacy_dice_checks patch fills them",
+        Label(PATCHED, "the legacy Dice's compute copies numbers to the device; the legacy_dice_checks patch fills "
+              "them",
               function="_reduce_stat_scores", op="aten._to_copy"),
         Label(INHERENT, "legacy Dice without num_classes and with integer preds: the number of classes is read from "
               "the data (the one-hot shape depends on it)", function="_input_format_classification",

@@ -168,7 +168,8 @@ _CHECK = ("if not allow_unknown_category and not torch.all(mask_things | mask_st
           "    raise ValueError(f\"Unknown categories found: {out[~(mask_things | mask_stuffs)]}\")")
 _VOID = "out[~(mask_things | mask_stuffs)] = out.new(void_color)"
 PREPROCESS = Rewrite((
-    Edit(_CHECK, _CHECK.replace("not torch.all(mask_things | mask_stuffs)", "_tmpatch_unknown(mask_things | mask_stuffs)")),
+    Edit(_CHECK, _CHECK.replace("not torch.all(mask_things | mask_stuffs)",
+                                "_tmpatch_unknown(mask_things | mask_stuffs)")),
     Edit(_VOID, "_tmpatch_filled = _tmpatch_void_filled(out, ~(mask_things | mask_stuffs), void_color)\n"
                 f"if _tmpatch_filled is not None:\n    out = _tmpatch_filled\nelse:\n{textwrap.indent(_VOID, '    ')}"),
 ), _names)

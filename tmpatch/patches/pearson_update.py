@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextvars
 import weakref
 from types import ModuleType
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, UPSTREAM, Variant, since, span
 
@@ -46,8 +46,15 @@ class _Counts:
 #: the counts of the update running in this thread / task (set by the class update)
 _current: "contextvars.ContextVar[Optional[_Counts]]" = contextvars.ContextVar("tmpatch_pearson", default=None)
 
-#: metric -> (its n_total tensor, weakly; that tensor's version; n_total.mean() > 0)
-_known: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+#: id(metric) -> (the metric and its n_total tensor, weakly; that tensor's version; n_total.mean() > 0). Keyed
+#: by id: a Metric's ``==`` builds a CompositionalMetric, so metrics cannot be dictionary keys
+_known: Dict[int, Tuple[Any, Any, int, bool]] = {}
+
+
+def _forget(key: int, metric: "weakref.ref[Any]") -> None:
+    entry = _known.get(key)
+    if entry is not None and entry[0] is metric:
+        del _known[key]
 
 
 def _version(t: Any) -> Optional[int]:
@@ -65,11 +72,11 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
 
     def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
         counts = getattr(self, "n_total", None)
-        entry = _known.pop(self, None)
+        entry = _known.get(id(self))
         positive = None
-        if entry is not None and isinstance(counts, tensor_type) and entry[0]() is counts:
+        if entry is not None and entry[0]() is self and isinstance(counts, tensor_type) and entry[1]() is counts:
             version = _version(counts)
-            positive = entry[2] if version is not None and version == entry[1] else None
+            positive = entry[3] if version is not None and version == entry[2] else None
         state = _Counts(positive)
         token = _current.set(state)
         try:
@@ -79,7 +86,14 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
         counts = getattr(self, "n_total", None)
         version = _version(counts) if isinstance(counts, tensor_type) else None
         if state.after is not None and version is not None:
-            _known[self] = (weakref.ref(counts), version, state.after)
+            if entry is None or entry[0]() is not self:
+                metric = weakref.ref(self)
+                weakref.finalize(self, _forget, id(self), metric)
+            else:
+                metric = entry[0]
+            _known[id(self)] = (metric, weakref.ref(counts), version, state.after)
+        else:
+            _known.pop(id(self), None)
         return result
 
     return update

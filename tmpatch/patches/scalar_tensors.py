@@ -32,12 +32,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict, Tuple
 
-from tmpatch.patches._device_tensors import device_tensor, swap
+from tmpatch.patches._device_tensors import built, swap
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
-    return {"_tmpatch_tensor": device_tensor}
+    return {"_tmpatch_tensor": built()[0]}
 
 
 def _made_on_device(*statements: str) -> Rewrite:

@@ -39,7 +39,8 @@ def _names(module: ModuleType) -> Dict[str, Any]:
             return False, False
         flags = [(t.bool() != t).any() for t in unknown]
         read = iter(stack(flags).tolist() if len({f.device for f in flags}) == 1 else [bool(f) for f in flags])
-        return tuple(False if t.dtype is bool_ else bool(next(read)) for t in (preds, target))  # type: ignore[return-value]
+        first, second = (False if t.dtype is bool_ else bool(next(read)) for t in (preds, target))
+        return first, second
 
     return {"_tmpatch_index_formats": index_formats}
 

@@ -9,8 +9,9 @@ upstream (1.9.0 included). (``power=0``, the default, has no check; its count co
 
 Repair: the class ``update`` marks the update of a metric with a deferred-report book
 (built while ``deferred_reports`` is applied). In a marked update each check's condition
-(edited into one device expression, ``torch.any(a) | torch.any(b)``, :mod:`tmpatch.rewrite`)
-is counted on the device instead of read, and the release's ``ValueError`` (its message,
+(an edit hands ``torch.any(a)`` and ``torch.any(b)`` to a helper, :mod:`tmpatch.rewrite`; outside
+a marked update it returns the release's ``a or b``) is counted on the device
+(``torch.any(a) | torch.any(b)``) instead of read, and the release's ``ValueError`` (its message,
 with the metric's ``power``) is raised once at the next ``compute()``. On the CPU the
 condition is read at once (free there) and only a failing update is counted: the report is
 the same on every device.
@@ -87,16 +88,16 @@ def _names(module: ModuleType) -> Dict[str, Any]:
 
     ones, int64 = torch.ones, torch.int64
 
-    def check(condition: Any, key: str) -> Any:
-        """The release's ``condition``; in a marked update, counted for compute() instead (False)."""
+    def check(key: str, first: Any, second: Any = None) -> Any:
+        """The release's ``first or second``; in a marked update, counted for compute() instead (False)."""
         metric = _current.get()
         if metric is None:
-            return condition
-        if CPU_FAST and condition.device.type == "cpu":
-            if bool(condition):  # a read costs nothing on the CPU
+            return first if second is None else first or second
+        if CPU_FAST and first.device.type == "cpu":
+            if bool(first) or (second is not None and bool(second)):  # a read costs nothing on the CPU
                 RECORDS[key].add(metric, ones((), dtype=int64))
             return False
-        RECORDS[key].add(metric, condition)
+        RECORDS[key].add(metric, first if second is None else first | second)
         return False
 
     return {"_tmpatch_check": check}
@@ -110,11 +111,10 @@ _EITHER = "torch.any(preds <= 0) or torch.any(targets {} 0)"
 
 
 def _checked(text: str, *keys: Tuple[str, str]) -> Edit:
-    """``text`` (the release's statements) with each ``condition`` made one device expression, checked."""
+    """``text`` (the release's statements) with each ``if a or b:`` made ``if _tmpatch_check(key, a, b):``."""
     new = text
     for condition, key in keys:
-        device = condition.replace(" or ", " | ")
-        new = new.replace(f"if {condition}:", f"if _tmpatch_check({device}, {key!r}):")
+        new = new.replace(f"if {condition}:", f"if _tmpatch_check({key!r}, {condition.replace(' or ', ', ')}):")
     return Edit(text, new)
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict
 
-from tmpatch.patches._device_tensors import device_tensor, swap
+from tmpatch.patches._device_tensors import built, swap
 from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
@@ -70,7 +70,7 @@ selected_{0} = apply_to_collection(
     {0}, Tensor, torch.index_select, dim=self.output_dim, index=torch.tensor(i, device=self.device)
 )"""
 MULTIOUTPUT = Rewrite(tuple(Edit(_SELECT.format(name), swap(_SELECT.format(name))) for name in ("args", "kwargs")),
-                      lambda module: {"_tmpatch_tensor": device_tensor})
+                      lambda module: {"_tmpatch_tensor": built()[0]})
 
 _WRAPPERS = "torchmetrics.wrappers"
 
