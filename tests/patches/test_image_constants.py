@@ -152,6 +152,9 @@ def _calls(draw):
         shape = (draw(st.integers(1, 2)), 1, draw(st.integers(1, 20)), draw(st.integers(1, 20)))
         block = draw(st.sampled_from([1, 2, 3, 4, 8]))
         x = _tensor(draw, shape, dtype)
+        if draw(st.booleans()):  # blocky: jumps at block edges, so that d_b > d_bc and the effect is not 0
+            rows, cols = torch.arange(shape[2]) // block, torch.arange(shape[3]) // block
+            x = (x * 0.01 + (rows[:, None] * 3 + cols[None, :] * 5).remainder(7).to(dtype) * 0.1).to(dtype)
         if kind == "bef":
             return ("psnrb", "_compute_bef"), (x,), {"block_size": block}
         return ("psnrb", "_psnrb_update"), (x, _tensor(draw, shape, dtype)), {"block_size": block}
@@ -261,6 +264,27 @@ def test_metric_results_equal_the_releases():
     for name in CASES:
         for a, b in zip(got[name], want[name]):
             assert_bitwise(a, b)
+
+
+def test_block_index_lists_are_the_releases():
+    """The index lists PSNRB's block effect uses, made on the device, against the release's host lists."""
+    from tmpatch.patches.image_constants import _names
+
+    lists = _names(None)["_tmpatch_bef_indices"]
+    helper.CPU_FAST = False
+    for width in range(1, 40):
+        for height in (1, 2, 9, 17):
+            for block in range(1, 10):
+                got = lists(torch.zeros(1, 1, height, width), width, height, block)
+                if got is None:  # the release's lists are used
+                    continue
+                h, v = torch.arange(width - 1), torch.arange(height - 1)
+                h_b = torch.tensor(range(block - 1, width - 1, block))
+                v_b = torch.tensor(range(block - 1, height - 1, block))
+                want = (h_b, torch.tensor(list(set(h.tolist()).symmetric_difference(h_b.tolist()))),
+                        v_b, torch.tensor(list(set(v.tolist()).symmetric_difference(v_b.tolist()))))
+                for a, b in zip(got, want):
+                    assert_bitwise(a, b)
 
 
 def test_the_releases_complement_list_is_ascending():
