@@ -32,6 +32,15 @@ NAMES = (
     "logits_check",
     "gather_autograd",
     "coalesced_sync",
+    "scalar_tensors",
+    "image_constants",
+    "wrapper_indices",
+    "panoptic_preprocess",
+    "pearson_update",
+    "segmentation_format",
+    "legacy_dice_checks",
+    "tweedie_checks",
+    "pit_permutations",
 )
 
 _loaded: Dict[str, Patch] = {}
