@@ -29,6 +29,7 @@ NAMES = (
     "retrieval_check",
     "nominal_bincount",
     "fairness_groups",
+    "classification_masks",
     "logits_check",
     "gather_autograd",
 )
