@@ -24,8 +24,10 @@ the rest of each function runs as released):
 * ``offset[target == 0] = value`` becomes ``torch.where(target == 0, value, offset)``;
 * before 1.6.1, the softmax ``if`` becomes logits_check's device-side selection.
 
-Each is an exact copy or a maximum of the same values: results (and gradients) are the
-release's bit for bit. Inputs the edits do not cover take the release's statements:
+Each is an exact copy or a maximum of the same values: results and gradients are the
+release's bit for bit, except that before 1.6.1 the softmax (and, in logits_check, the
+binary sigmoid) selection passes gradients through both branches, so a zero gradient may
+come back as +0.0 where the release gives -0.0. Inputs the edits do not cover take the release's statements:
 mask and values of different shapes (the release raises), non-float or empty ``preds``
 for crammer-singer, a value of another dtype or device for the coverage offset.
 ``ignore_index`` still removes the ignored positions in the formatter (a boolean index
