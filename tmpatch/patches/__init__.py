@@ -30,6 +30,9 @@ NAMES = (
     "nominal_bincount",
     "fairness_groups",
     "classification_masks",
+    "vif_masks",
+    "dice_weights",
+    "perplexity_mask",
     "logits_check",
     "gather_autograd",
 )
