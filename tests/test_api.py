@@ -394,3 +394,48 @@ def test_item8_a_mock_around_revert_is_shown_in_status_and_apply_rearms_every_bi
     report = tmpatch.revert()
     assert report["bincount"].reason == "originals restored"
     assert all(vars(sys.modules[m])["_bincount"] is original for m in holders)
+
+
+def test_two_patches_wrapping_one_target_are_joined_and_taken_off_one_at_a_time():
+    """deferred_reports and coalesced_sync both wrap MetricCollection.compute: one layer runs
+    both (the first in catalogue order outermost), and reverting one leaves the other's."""
+    from torchmetrics import MetricCollection
+
+    original = vars(MetricCollection)["compute"]
+    calls = []
+    patches = {name: catalogue.load(name) for name in ("deferred_reports", "coalesced_sync")}
+    saved = {}
+    for name, patch in patches.items():
+        target = next(t for t in patch.targets if t.qualname == "MetricCollection.compute")
+
+        def build(module, name=name):
+            def compute(release, self, *args, **kwargs):
+                calls.append(name)
+                return release(self, *args, **kwargs)
+
+            return compute
+
+        saved[name] = (target, target.variants)
+        object.__setattr__(target, "variants", tuple(Variant(v.releases, v.fingerprint, build) for v in target.variants))
+    try:
+        report = tmpatch.apply(list(patches))
+        assert {n: report[n].state for n in patches} == {n: "applied" for n in patches}
+        collection = MetricCollection([torchmetrics.MeanMetric()])
+        collection.update(torch_tensor())
+        collection.compute()
+        assert calls == ["deferred_reports", "coalesced_sync"]
+        calls.clear()
+        tmpatch.revert(["deferred_reports"])
+        collection.compute()
+        assert calls == ["coalesced_sync"]
+        tmpatch.revert()
+        assert vars(MetricCollection)["compute"] is original
+    finally:
+        for target, variants in saved.values():
+            object.__setattr__(target, "variants", variants)
+
+
+def torch_tensor():
+    import torch
+
+    return torch.tensor([1.0, 2.0])

@@ -91,6 +91,8 @@ def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
         if variant is None:
             return State.MISMATCH, f"code of {target.qualname} not recognised (fingerprint {code}); left alone", []
         found.append((target, variant))
+    if not found:
+        return State.NOT_NEEDED, f"nothing to repair: {release} has none of its targets ({patch.upstream})", found
     if all(variant.fixed for _, variant in found):
         return State.NOT_NEEDED, f"upstream fix present (code of {_common(found)})", found
     return State.APPLIED, f"code of {_common(found)} recognised", found
