@@ -1,6 +1,7 @@
 """apply / revert / status against the torchmetrics release under test."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -12,7 +13,7 @@ import wrapt
 import tmpatch
 from tmpatch import patches as catalogue
 from tmpatch.spec import Variant
-from tests.conftest import release_in, run_python
+from tests.conftest import lazily_imported_patches, release_in, run_python
 
 import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
 from torchmetrics.utilities import compute, distributed
@@ -87,9 +88,10 @@ def test_every_target_is_recognised_as_the_variant_for_this_release():
                 owner = sys.modules.get(target.module)  # absent: the module, a class, or the attribute itself
                 for part in target.qualname.split(".")[:-1]:
                     owner = vars(owner).get(part) if owner is not None else None
-                assert owner is None or target.qualname.split(".")[-1] not in vars(owner), target.path
+                assert owner is None or target.shared or target.qualname.split(".")[-1] not in vars(owner), \
+                    target.path
                 continue
-            obj = sys.modules[target.module]
+            obj = importlib.import_module(target.module)
             for part in target.qualname.split("."):
                 obj = vars(obj)[part] if isinstance(obj, (type, types.ModuleType)) else getattr(obj, part)
             variant = target.variant_for(fingerprint(obj))
@@ -199,13 +201,13 @@ APPLY_THEN_IMPORT = r"""
 import sys, os
 import tmpatch
 report = tmpatch.apply()
-assert set(report.states().values()) == {"pending"}, report
+assert set(report.states().values()) <= {"pending", "not-needed"}, report  # not-needed: no target here
 assert "torch" not in sys.modules and "torchmetrics" not in sys.modules
 import torchmetrics
 from torchmetrics.utilities import compute
 from torchmetrics.classification import MulticlassAccuracy
 states = tmpatch.status().states()
-assert "pending" not in states.values(), states
+assert {n for n, s in states.items() if s == "pending"} <= LAZY_PATCHES, states
 wrapper = compute._safe_divide
 if states["safe_divide"] == "applied":
     assert tmpatch.is_patched(wrapper)
@@ -230,7 +232,7 @@ print("ok", len(holders) if states["safe_divide"] == "applied" else 0)
 
 def test_apply_before_import_arms_hooks_imports_nothing_and_reaches_lazy_modules():
     lazy = [m for m in modules_binding("_safe_divide") if m not in sys.modules and ".segmentation" in m]
-    proc = run_python(f"LAZY = {lazy!r}\n" + APPLY_THEN_IMPORT)
+    proc = run_python(f"LAZY = {lazy!r}\nLAZY_PATCHES = {set(lazily_imported_patches())!r}\n" + APPLY_THEN_IMPORT)
     assert proc.stdout.startswith("ok")
 
 
@@ -240,7 +242,7 @@ def test_revert_before_import_disarms_every_hook():
         tmpatch.apply()
         assert any(k.startswith("torchmetrics") for k in wrapt.importer._post_import_hooks)
         report = tmpatch.revert()
-        assert set(report.states().values()) == {"reverted"}, report
+        assert set(report.states().values()) <= {"reverted", "not-needed", "off"}, report
         assert not any(k.startswith("torchmetrics") for k in wrapt.importer._post_import_hooks)
         import torchmetrics
         from torchmetrics.utilities import compute

@@ -110,12 +110,14 @@ class Variant:
 class Target:
     """A function or method to replace: ``module`` and a dotted ``qualname``.
     ``present``: the releases that have it (None: every release the patch knows);
-    on other releases the target is skipped, and must be absent."""
+    on other releases the target is skipped, and must be absent unless ``shared`` (a
+    helper other code uses too, such as ``to_onehot``, that the patch needs only there)."""
 
     module: str
     qualname: str
     variants: Tuple[Variant, ...]
     present: Optional[SpecifierSet] = None
+    shared: bool = False
 
     @property
     def path(self) -> str:

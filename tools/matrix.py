@@ -37,8 +37,8 @@ CURRENT = "current"
 #: every release where a target's code changed (tools/fingerprints.py shows them), and the ones the
 #: core issues name
 RELEASES = (
-    "1.0.0", "1.0.1", "1.0.2", "1.0.3", "1.2.1", "1.3.2", "1.4.0", "1.4.1",
-    "1.5.2", "1.6.0", "1.6.1", "1.6.2", "1.7.2", "1.7.4", "1.8.2", "1.9.0",
+    "1.0.0", "1.0.1", "1.0.2", "1.0.3", "1.1.2", "1.2.1", "1.3.2", "1.4.0", "1.4.1",
+    "1.5.2", "1.6.0", "1.6.1", "1.6.2", "1.7.0", "1.7.2", "1.7.4", "1.8.0", "1.8.2", "1.9.0",
 )
 
 #: what CI runs: the newest torch (this interpreter's: 2.13.0, a CPU-only build) with every

@@ -30,7 +30,7 @@ def test_update_and_forward_have_no_sync_without_ignore_index_on_simulated_cuda(
 
     preds, target = _batch(0)
     unpatched = audit(Perplexity().update, preds, target, real=False)
-    assert [p.op for p in unpatched.sync_points] == ["aten.index"], str(unpatched)
+    assert unpatched.count and {p.op for p in unpatched.sync_points} == {"aten.index"}, str(unpatched)
     _apply()
     for call in (Perplexity().update, Perplexity()):
         report = audit(call, preds, target, real=False)
@@ -85,5 +85,5 @@ def test_functional_api_and_the_release_when_excluded():
     _apply()
     assert_bitwise(perplexity(preds, target), want)
     tmpatch.revert()
-    tmpatch.apply(exclude=["perplexity_mask"])
+    tmpatch.apply(exclude=["perplexity_mask", "scalar_tensors"])  # scalar_tensors edits it too
     assert not tmpatch.is_patched(module._perplexity_update)

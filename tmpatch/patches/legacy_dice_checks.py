@@ -182,8 +182,9 @@ _CHECKS = "torchmetrics.utilities.checks"
 _LEGACY = span("1.0.0", "1.6.3")
 
 
-def _one(module: str, qualname: str, fingerprint: str, build: Any) -> Target:
-    return Target(module=module, qualname=qualname, present=_LEGACY, variants=(Variant(_LEGACY, fingerprint, build),))
+def _one(module: str, qualname: str, fingerprint: str, build: Any, shared: bool = False) -> Target:
+    return Target(module=module, qualname=qualname, present=_LEGACY, variants=(Variant(_LEGACY, fingerprint, build),),
+                  shared=shared)
 
 
 PATCH = Patch(
@@ -216,7 +217,7 @@ PATCH = Patch(
         )),
         _one(_CHECKS, "_check_classification_inputs", "34f09efa470af6e7", IMPLIED),
         _one(_CHECKS, "_check_num_classes_mc", "44500f7a0dd9d24b", NUM_CLASSES),
-        _one("torchmetrics.utilities.data", "to_onehot", "3f33b8e848bcc9d5", build_to_onehot),
+        _one("torchmetrics.utilities.data", "to_onehot", "3f33b8e848bcc9d5", build_to_onehot, shared=True),
         _one("torchmetrics.functional.classification.stat_scores", "_reduce_stat_scores", "b2ec2e4cfd6aa0e3", REDUCE),
     ),
 )
