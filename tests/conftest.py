@@ -23,6 +23,15 @@ def examples(count: int) -> int:
     return max(3, round(count * EXAMPLES))
 
 
+try:  # tests without their own count: hypothesis' default 100, scaled the same way
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("tmpatch", max_examples=examples(100))
+    _hypothesis_settings.load_profile("tmpatch")
+except ImportError:  # the test extras are not installed: the suite says so when it imports hypothesis
+    pass
+
+
 def _matrix_repeat() -> bool:
     """Whether this is a matrix run of a torch whose first release has run already."""
     return bool(os.environ.get("TMPATCH_TEST_RELEASE")) and os.environ.get("TMPATCH_TEST_TORCH_FIRST") == "0"

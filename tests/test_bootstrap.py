@@ -22,6 +22,8 @@ import tmpatch.bootstrap
 from tmpatch.patches import NAMES
 from tests.conftest import lazily_imported_patches
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 PTH_LINE = tmpatch.bootstrap.pth_line()
 BOOT = tmpatch.bootstrap.DIRECTORY
 

@@ -21,6 +21,8 @@ from tmpatch.report import State
 
 import torchmetrics  # noqa: E402  (status imports it; import it once here)
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 
 @pytest.fixture(autouse=True)
 def _no_tmpatch_variables(monkeypatch):

@@ -6,6 +6,8 @@ import pytest
 from tmpatch import env
 from tmpatch.patches import NAMES
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 
 @pytest.mark.parametrize("value", ["1", "true", "TRUE", " yes ", "on", "On"])
 def test_switch_on(value):

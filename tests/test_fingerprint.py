@@ -5,6 +5,8 @@ import pytest
 
 from tmpatch.fingerprint import FingerprintError, fingerprint, source_fingerprint
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 BASE = '''
 def f(x, y=1):
     """Doc."""

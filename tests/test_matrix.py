@@ -9,6 +9,10 @@ from packaging.version import Version
 
 from tmpatch import patches as catalogue
 from tmpatch.spec import describe
+import pytest
+
+
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

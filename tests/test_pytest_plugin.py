@@ -15,6 +15,8 @@ from tests.conftest import lazily_imported_patches
 
 import torchmetrics  # noqa: E402  (imported once: pytester drops modules first imported in a run)
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 try:
     import tmpatch.audit  # noqa: F401
 

@@ -13,6 +13,8 @@ import pytest
 from tmpatch.rewrite import RewriteError, replacement, rewrite
 from tmpatch.spec import Edit, Rewrite
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 TOY = '''
 from __future__ import annotations
 

@@ -12,6 +12,8 @@ from tmpatch.patches import NAMES
 
 import torchmetrics  # noqa: F401,E402  (apply() works on the imported release)
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 
 @pytest.fixture(autouse=True)
 def _policies():

@@ -11,6 +11,8 @@ import pytest
 import tmpatch
 from tmpatch import cli, env, selection, settings
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 
 def child(code: str, **variables: str) -> subprocess.CompletedProcess:
     """``python -S -c code`` with this process's path and only the TMPATCH* ``variables``."""

@@ -14,7 +14,10 @@ than this interpreter's gets a venv, ``.venvs/torch-<version>``, made once with
 machine without a GPU) and tmpatch's other requirements (setup.cfg); tmpatch itself is
 the source tree, on ``PYTHONPATH``. Runs go 2 at a time (``-j``); the venvs are made
 while this torch's runs go. A run fails on any pytest exit status but 0 (5, "no tests
-collected", included). Exits non-zero if any run fails; the last line reads
+collected", included). Tests marked ``once`` (nothing in them depends on the release) run
+with each torch's first release only; hypothesis comparisons run their full count of
+examples on the ANCHORS releases and a fifth on the others (``TMPATCH_TEST_EXAMPLES`` set
+beforehand wins). Exits non-zero if any run fails; the last line reads
 ``matrix: N passed, N failed`` (runs).
 """
 from __future__ import annotations
@@ -40,6 +43,11 @@ RELEASES = (
     "1.0.0", "1.0.1", "1.0.2", "1.0.3", "1.1.2", "1.2.1", "1.3.2", "1.4.0", "1.4.1",
     "1.5.2", "1.6.0", "1.6.1", "1.6.2", "1.7.0", "1.7.2", "1.7.4", "1.8.0", "1.8.2", "1.9.0",
 )
+
+#: the releases the core issues name: every hypothesis comparison runs its full count of examples
+#: there; the releases between them run a fifth (``TMPATCH_TEST_EXAMPLES``), every test still runs
+ANCHORS = ("1.0.0", "1.0.3", "1.4.0", "1.6.1", "1.9.0")
+BETWEEN = "0.2"
 
 #: what CI runs: the newest torch (this interpreter's: 2.13.0, a CPU-only build) with every
 #: release; each older torch (CUDA builds, no GPU) with the releases its users would have
@@ -113,7 +121,8 @@ def run(python: str, release: str, folder: str, pytest_args: Sequence[str],
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(folder, release), ROOT, env.get("PYTHONPATH")) if p)
     env["TMPATCH_TEST_RELEASE"] = release
-    env["TMPATCH_TEST_TORCH_FIRST"] = "1" if first else "0"  # tests of torch alone run once per torch
+    env["TMPATCH_TEST_TORCH_FIRST"] = "1" if first else "0"  # tests marked `once` run once per torch
+    env.setdefault("TMPATCH_TEST_EXAMPLES", "1" if release in ANCHORS else BETWEEN)
     start = time.monotonic()
     proc = subprocess.run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],

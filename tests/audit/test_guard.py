@@ -10,6 +10,8 @@ from tmpatch.audit import audit, guard, simulated_cuda
 
 from tests.audit.helpers import once_per_torch
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 
 def _registry_cuda() -> int:
     return guard._registry()[guard._device_index("CUDA")]

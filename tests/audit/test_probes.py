@@ -8,6 +8,8 @@ import torch
 from tmpatch.audit import SyncKind, audit
 from tmpatch.audit.probes import PROBE_NAMES, PROBES, Probe, find_probe
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 
 def _lines(fn):
     source, start = inspect.getsourcelines(fn)

@@ -5,6 +5,10 @@ from tmpatch.audit import SyncKind, audit, classify
 from tmpatch.deferred import AUDIT_TAG
 
 from tests.audit.helpers import marked_line
+import pytest
+
+
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 
 READ, H2D, D2H = SyncKind.D2H_READ, SyncKind.H2D_COPY, SyncKind.D2H_COPY
 DDS, MISMATCH = SyncKind.DATA_DEPENDENT_SHAPE, SyncKind.DEVICE_MISMATCH

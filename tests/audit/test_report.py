@@ -4,6 +4,10 @@ import json
 import torch
 
 from tmpatch.audit import AuditReport, SyncError, SyncKind, SyncPoint
+import pytest
+
+
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 
 
 def _points():

@@ -6,6 +6,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 from tmpatch.audit import guard, simulated_cuda, to_sim_cuda
 from tmpatch.audit.sim import cuda_device
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 
 def test_cuda_device_normalises():
     assert cuda_device("cuda") == torch.device("cuda:0")

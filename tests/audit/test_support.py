@@ -9,6 +9,8 @@ from tmpatch.audit import cli, support
 
 from tests.audit.helpers import once_per_torch
 
+pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+
 
 def test_the_range():
     assert support.problem("2.1.0") is None and support.problem("2.13.0") is None

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in
+from tests.conftest import examples, assert_bitwise, release_in
 from torchmetrics.classification import BinaryHingeLoss, MulticlassHingeLoss, MultilabelCoverageError
 from torchmetrics.functional.classification import binary_hinge_loss, multiclass_hinge_loss
 
@@ -107,7 +107,7 @@ def _run(case, name):
     return [getattr(metric, k).detach() for k in sorted(metric._defaults)] + [metric.compute().detach()], grads
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=examples(5), deadline=None)
 @given(st.lists(_cases(), min_size=1, max_size=4))
 def test_states_results_and_gradients_equal_the_releases(cases):
     """Several cases per example (one revert/apply for all of them: the slow part)."""

@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tests.conftest import assert_bitwise
+from tests.conftest import examples, assert_bitwise
 from tmpatch.patches import _device_tensors as helper
 
 DTYPES = [None, torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
@@ -33,7 +33,7 @@ def _outcome(build):
         return None, (type(exc), str(exc))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(NUMBERS, st.lists(NUMBERS, min_size=1, max_size=5), st.tuples(NUMBERS, NUMBERS)),
        st.sampled_from(DTYPES))
 def test_same_tensor_or_same_error_as_torch_tensor(data, dtype):

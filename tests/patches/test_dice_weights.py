@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in
+from tests.conftest import examples, assert_bitwise, release_in
 
 pytestmark = pytest.mark.skipif(release_in("<1.4.0"), reason="GeneralizedDiceScore arrived in 1.4.0")
 K = 4
@@ -74,7 +74,7 @@ def _run(case):
     return values + [metric.score, metric.samples, metric.compute()]
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(st.lists(_cases(), min_size=1, max_size=6))
 def test_states_and_scores_equal_the_releases(cases):
     tmpatch.revert()

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in
+from tests.conftest import examples, assert_bitwise, release_in
 from tmpatch import deferred
 from tmpatch.patches import _device_tensors as helper
 from tmpatch.patches import legacy_dice_checks as patch
@@ -115,7 +115,7 @@ def _steps(draw, config):
     return steps
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(st.data())
 def test_states_and_results_equal_the_releases(data):
     cases = []

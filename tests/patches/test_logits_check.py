@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in
+from tests.conftest import examples, assert_bitwise, release_in
 from torchmetrics import classification as cls
 # the modules, not the functions of the same name that the package exports
 import torchmetrics.functional.classification.confusion_matrix  # noqa: F401
@@ -53,7 +53,7 @@ def _case(draw, multilabel: bool):
 
 
 @needed
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.booleans(), st.data(), st.sampled_from([None, -1, 2]), st.sampled_from([0.5, 0.3]))
 def test_stat_score_formatters_are_bitwise_the_releases(multilabel, data, ignore_index, threshold):
     preds, target = data.draw(_case(multilabel))
@@ -202,7 +202,7 @@ def _shape(draw: Callable, classes: int) -> tuple:
 
 
 @needed
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.data(), st.sampled_from(IGNORE), st.sampled_from([0.5, 0.3]), st.booleans())
 def test_binary_confusion_matrix_format_is_bitwise_the_releases(data, ignore_index, threshold, convert):
     shape = tuple(data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)))
@@ -211,7 +211,7 @@ def test_binary_confusion_matrix_format_is_bitwise_the_releases(data, ignore_ind
 
 
 @needed
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.data(), st.sampled_from(IGNORE), st.sampled_from([0.5, 0.3]), st.booleans())
 def test_multilabel_confusion_matrix_format_is_bitwise_the_releases(data, ignore_index, threshold, should_threshold):
     labels = data.draw(st.integers(0, 3))
@@ -222,7 +222,7 @@ def test_multilabel_confusion_matrix_format_is_bitwise_the_releases(data, ignore
 
 
 @needed
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.data(), st.sampled_from(IGNORE))
 def test_binary_curve_format_is_bitwise_the_releases(data, ignore_index):
     shape = tuple(data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)))
@@ -232,7 +232,7 @@ def test_binary_curve_format_is_bitwise_the_releases(data, ignore_index):
 
 
 @needed
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.data(), st.sampled_from(IGNORE))
 def test_multiclass_curve_format_is_bitwise_the_releases(data, ignore_index):
     classes = data.draw(st.integers(0, 3))
@@ -246,7 +246,7 @@ def test_multiclass_curve_format_is_bitwise_the_releases(data, ignore_index):
 
 
 @needed
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.data(), st.sampled_from(IGNORE))
 def test_multilabel_curve_format_is_bitwise_the_releases(data, ignore_index):
     labels = data.draw(st.integers(0, 3))
@@ -271,7 +271,7 @@ def test_multiclass_curve_softmax_is_all_or_nothing_as_the_release(preds, softma
 
 
 @needed
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.data())
 def test_multiclass_calibration_update_is_bitwise_the_releases(data):
     classes = data.draw(st.integers(1, 3))

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in
+from tests.conftest import examples, assert_bitwise, release_in
 from torchmetrics import MeanMetric
 
 DEFAULT_WEIGHT_COPIES = release_in("<1.6.2")
@@ -54,7 +54,7 @@ def updates(draw, nan: bool = True):
     return out
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(updates(), st.sampled_from(["warn", "ignore", "error", 0.0]))
 def test_results_are_bitwise_the_releases(sequence, nan_strategy):
     upstream = MeanMetric(nan_strategy=nan_strategy)  # built before apply: keeps the release's update
@@ -77,7 +77,7 @@ def _outcome(metric, sequence):
         return type(exc)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(updates(nan=False), st.sampled_from(["warn", "ignore", "error", 0.0]))
 def test_with_nan_check_nan_free_results_are_bitwise_the_releases(sequence, nan_strategy):
     """Both patches (the update body run by the replacement, the check by nan_check)."""
@@ -88,7 +88,7 @@ def test_with_nan_check_nan_free_results_are_bitwise_the_releases(sequence, nan_
     assert_bitwise(run(patched, copies), run(upstream, sequence))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(updates(), st.sampled_from(["warn", "ignore", "error", 0.0]))
 def test_with_nan_check_results_are_nan_checks_alone(sequence, nan_strategy):
     """With NaN too: the replacement's body changes nothing that nan_check decides."""

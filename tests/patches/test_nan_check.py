@@ -18,7 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in, run_python
+from tests.conftest import examples, assert_bitwise, release_in, run_python
 from tmpatch import settings as tm_settings
 from torchmetrics.aggregation import (
     BaseAggregator,
@@ -162,7 +162,7 @@ def _nan_updates(kind: str, updates) -> int:
 
 
 # -- results ------------------------------------------------------------------------
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_nan_free_results_are_bitwise_the_releases(data):
     kind = data.draw(st.sampled_from(sorted(KINDS)))
@@ -179,7 +179,7 @@ def test_nan_free_results_are_bitwise_the_releases(data):
         assert_bitwise(actual, expected)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_nan_results_follow_the_documented_semantics(data):
     kind = data.draw(st.sampled_from(sorted(KINDS)))

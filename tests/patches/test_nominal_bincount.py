@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise
+from tests.conftest import examples, assert_bitwise
 from tmpatch import deferred
 from tmpatch import settings as tm_settings
 from tmpatch.patches import nominal_bincount as patch
@@ -105,7 +105,7 @@ def _run(case, name):
     return metric
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(st.lists(st.tuples(_cases(), st.booleans(), st.booleans()), min_size=1, max_size=5))
 def test_tables_and_results_equal_the_releases(cases):
     """Several cases per example: one revert/apply for all of them (the slow part)."""

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise
+from tests.conftest import examples, assert_bitwise
 from tmpatch import deferred
 from tmpatch.patches import panoptic_preprocess as patch
 from torchmetrics.detection import ModifiedPanopticQuality, PanopticQuality
@@ -65,7 +65,7 @@ def test_preprocessing_copies_and_reads_nothing_on_simulated_cuda(things, stuffs
 INT_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.sampled_from(INT_DTYPES + [torch.float32]), st.lists(st.integers(-3, 40), max_size=12),
        st.lists(st.integers(-130, 300), max_size=8), st.booleans(), st.booleans())
 def test_isin_is_the_releases(dtype, values, table_values, as_tuple, cpu_fast):
@@ -110,7 +110,7 @@ def _run(case, kind, forward):
     return states + [o for o in outs if o is not None] + [metric.compute()]
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(st.lists(st.tuples(_cases(), st.sampled_from(sorted(CLASSES)), st.booleans(), st.booleans()),
                 min_size=1, max_size=4))
 def test_states_and_results_equal_the_releases(cases):

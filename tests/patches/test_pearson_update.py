@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in
+from tests.conftest import examples, assert_bitwise, release_in
 from torchmetrics.functional.regression import pearson_corrcoef
 from torchmetrics.regression import ConcordanceCorrCoef, PearsonCorrCoef
 
@@ -114,7 +114,7 @@ def _run(script):
 
 
 @needed
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.lists(_scripts(), min_size=1, max_size=4))
 def test_states_and_results_equal_the_releases(scripts):
     tmpatch.revert()

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise
+from tests.conftest import examples, assert_bitwise
 from torchmetrics.functional.text.perplexity import perplexity
 from torchmetrics.text import Perplexity
 
@@ -66,7 +66,7 @@ def _run(case):
     return out + [metric.total_log_probs.detach(), metric.count, metric.compute().detach()]
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(st.lists(_cases(), min_size=1, max_size=6))
 def test_states_results_and_gradients_equal_the_releases(cases):
     tmpatch.revert()

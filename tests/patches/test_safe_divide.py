@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import CallTrace, assert_bitwise, release_in
+from tests.conftest import examples, CallTrace, assert_bitwise, release_in
 from torchmetrics.utilities import compute
 
 NEEDED = release_in("<1.9.0")
@@ -48,7 +48,7 @@ def operands(draw):
 ZERO_DIVISIONS = [0.0, 1.0, -1, 0.1, 5, float("nan"), float("inf"), True] + (["warn", "nan"] if HAS_WARN else [])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(operands(), st.sampled_from(ZERO_DIVISIONS))
 def test_patched_results_are_bitwise_the_releases(pair, zero_division):
     num, denom = pair

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise
+from tests.conftest import examples, assert_bitwise
 from tmpatch.patches import _device_tensors as helper
 from torchmetrics import classification as C
 from torchmetrics import regression as R
@@ -165,7 +165,7 @@ def _flat(result):
     return [torch.tensor(result)]  # a Python count
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.tuples(_calls(), st.booleans()), min_size=1, max_size=8))
 def test_functions_return_the_releases_tensors_bit_for_bit(calls):
     """The release's function (``get_original``) and the edited one, on the same arguments: the

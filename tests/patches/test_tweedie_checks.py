@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise
+from tests.conftest import examples, assert_bitwise
 from tmpatch import deferred
 from tmpatch.patches import tweedie_checks as patch
 from torchmetrics.functional.regression import tweedie_deviance_score
@@ -48,7 +48,7 @@ def test_checked_updates_read_nothing_on_simulated_cuda():
             assert report.count == 0, (power, str(report))
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=examples(5), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(sorted(POWERS) + [0]), st.integers(1, 6), st.integers(0, 2**16),
                           st.booleans(), st.booleans()), min_size=1, max_size=8))
 def test_states_and_results_equal_the_releases(cases):

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in
+from tests.conftest import examples, assert_bitwise, release_in
 
 pytestmark = pytest.mark.skipif(release_in("<1.1.0"), reason="VisualInformationFidelity arrived in 1.1.0")
 
@@ -60,7 +60,7 @@ def _run(cases, forward: bool):
     return out
 
 
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2**16), st.integers(1, 2), st.sampled_from([torch.float32, torch.float64])),
                 min_size=1, max_size=3), st.booleans())
 def test_scores_equal_the_releases(cases, forward):

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise
+from tests.conftest import examples, assert_bitwise
 from tmpatch.patches import _device_tensors as helper
 from torchmetrics import MeanSquaredError
 from torchmetrics.classification import MulticlassAccuracy
@@ -99,7 +99,7 @@ def test_bootstrap_indices_go_through_pinned_memory(monkeypatch):
 
 # -- same results -------------------------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore:The ``compute`` method")  # a bootstrap that drew no sample
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(st.sampled_from(["poisson", "multinomial"]), st.integers(0, 2**16), st.integers(1, 9), st.booleans())
 def test_bootstrap_draws_the_releases_samples(strategy, seed, rows, forward):
     """The same generator, the same draws: the bootstrapped states and results are the release's."""
@@ -119,7 +119,7 @@ def test_bootstrap_draws_the_releases_samples(strategy, seed, rows, forward):
         assert_bitwise(a, b)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(st.integers(1, 3), st.integers(1, 6), st.booleans(), st.booleans())
 def test_multioutput_results_equal_the_releases(outputs, rows, remove_nans, squeeze):
     preds, target = torch.rand(rows, outputs, generator=_g()), torch.rand(rows, outputs, generator=_g(1))

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise
+from tests.conftest import examples, assert_bitwise
 from tests.patches.bincount import cases
 from tmpatch import deferred
 from tmpatch.patches.bincount import counting
@@ -49,7 +49,7 @@ def _in_range(draw):
     return torch.tensor(values, dtype=torch.int64).to(dtype), minlength
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(_in_range(), st.booleans())
 def test_in_range_counts_are_bitwise_torch_bincount_and_the_releases(case, deterministic):
     x, minlength = case
@@ -64,7 +64,7 @@ def test_in_range_counts_are_bitwise_torch_bincount_and_the_releases(case, deter
     assert reported == 0
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.integers(-30, 60), max_size=40), st.integers(1, 30), st.booleans())
 def test_out_of_range_values_are_left_out_and_reported_unless_vouched_for(values, minlength, vouch):
     x = torch.tensor(values, dtype=torch.int64)

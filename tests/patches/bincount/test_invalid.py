@@ -14,13 +14,13 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise
+from tests.conftest import examples, assert_bitwise
 from tests.patches.bincount import cases
 from tests.patches.bincount.cases import AVERAGES, CONFUSION, CURVES, MESSAGE, MULTICLASS_CURVE_AVERAGE, STAT_SCORES
 from tmpatch import settings as tm_settings
 from torchmetrics import classification as cls
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(autouse=True)
@@ -220,7 +220,7 @@ def test_validate_args_keeps_the_releases_checks():
 
 
 # -- where the release runs as it is ---------------------------------------------------------------
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data(), st.sampled_from(["stat_scores", "confusion", "curve"]), st.sampled_from(["binary", "multiclass",
                                                                                            "multilabel"]))
 def test_eager_policy_is_the_release(data, family, kind):
