@@ -25,6 +25,7 @@ _EXPORTS = {
     "PatchStatus": "tmpatch.report",
     "Report": "tmpatch.report",
     "State": "tmpatch.report",
+    "CoalescedSyncError": "tmpatch.patches.coalesced_sync.wire",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
         revert,
         status,
     )
+    from tmpatch.patches.coalesced_sync.wire import CoalescedSyncError  # noqa: F401
     from tmpatch.report import PatchStatus, Report, State  # noqa: F401
 
 

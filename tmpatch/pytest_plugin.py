@@ -227,16 +227,6 @@ def _tmpatch_marker(request: Any) -> None:
         request.getfixturevalue("tmpatch")
 
 
-class NoSync:
-    """What the ``no_sync`` fixture yields. While the test body runs,
-    ``device`` is the CUDA device the guard watches (real, or simulated
-    without a GPU: put inputs there with ``tmpatch.audit.to_sim_cuda``)."""
-
-    def __init__(self, guard: Any) -> None:
-        self.guard = guard
-        self.device: Any = None
-
-
 @pytest.fixture
 def no_sync(request: Any):
     """Fail the test on the first host-device sync in its body (real CUDA when

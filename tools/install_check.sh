@@ -28,7 +28,7 @@ WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/tmpatch-install-check.XXXXXX")}
 mkdir -p "$WORK"
 FAILED=0
 PASSED=0
-unset PYTHONPATH TMPATCH TMPATCH_PATCHES TMPATCH_EXCLUDE TMPATCH_STRICT TMPATCH_LOG_LEVEL
+unset PYTHONPATH $(env | grep -o "^TMPATCH[A-Z_]*" || true)  # every TMPATCH_* variable, whatever the settings registry adds
 
 cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi; }
 trap cleanup EXIT

@@ -55,6 +55,8 @@ PATCH = Patch(
     summary="deterministic-mode cumsum comes back to the input's GPU, not the current one",
     known=since("1.0.0"),
     upstream="#2608; fixed in 1.4.1 by PR #2636",
+    changes=("in deterministic mode a curve computed on cuda:N stays on cuda:N (was: the current GPU); values are "
+             "the release's"),
     labels=(
         Label(PATCHED, "deterministic _cumsum returns to the current GPU (#2608); fixed by the cumsum_device patch",
               function="_cumsum", file="torchmetrics/utilities/data.py", kind="device mismatch"),

@@ -53,6 +53,8 @@ PATCH = Patch(
     summary="gathered metric states keep the local rank's autograd graph",
     known=since("1.0.0"),
     upstream="#2745; fixed in 1.6.0 by PR #2754",
+    changes=("a metric used as a loss with dist_sync_on_step=True keeps this rank's autograd graph, so backward() "
+             "works as on 1.6.0+ (was: RuntimeError, no grad); values are the release's"),
     targets=(
         Target(
             module="torchmetrics.utilities.distributed",

@@ -79,6 +79,7 @@ PATCH = Patch(
             "calibration update pick sigmoid/softmax on the device, without a sync",
     known=since("1.0.0"),
     upstream="fixed upstream in 1.6.1 (normalize_logits_if_needed, PR #2845)",
+    changes="nothing but the sync: the results are the release's for every input",
     labels=(
         Label(UPSTREAM, "the release's formatter reads the values to decide on a sigmoid or softmax (fixed upstream "
               "in 1.6.1); see the logits_check patch",

@@ -59,6 +59,7 @@ PATCH = Patch(
     summary="MeanMetric.update copies its default weight (up to 1.6.1) and Python-scalar inputs from the host",
     known=since("1.0.0"),
     upstream="default weight fixed in 1.6.2 by PR #2943; scalar inputs not fixed upstream",
+    changes="nothing but the copy: states and results are the release's",
     labels=(
         Label(PATCHED, "Python scalar or default weight copied from the host; fixed by the mean_default_weight patch",
               function="update|_cast_and_nan_check_input", file="torchmetrics/aggregation.py", op="aten._to_copy",

@@ -89,6 +89,8 @@ PATCH = Patch(
     summary="zero-division value made on the device; the caller's denominator left untouched",
     known=since("1.0.0"),
     upstream="#2638, #3095; fixed in 1.9.0 by PR #3284",
+    changes=("results are the release's; on 1.0.0-1.3.2 the caller's denominator is no longer overwritten with 1 "
+             "(a deliberate correction)"),
     labels=(
         Label(PATCHED, "zero-division value copied from the host; fixed by the safe_divide patch",
               function="_safe_divide", file="torchmetrics/utilities/compute.py"),
