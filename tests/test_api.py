@@ -321,7 +321,7 @@ def test_an_exception_inside_a_patch_never_reaches_the_users_import():
 
 
 def test_the_reason_names_the_releases_every_target_shares():
-    from tmpatch.api import _common
+    from tmpatch.gating import common as _common
     from tmpatch.spec import Variant, span
 
     def found(*ranges):

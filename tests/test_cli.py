@@ -99,8 +99,11 @@ def test_status_verbose_shows_each_patch_whole(capsys, flag):
 
 def test_status_verbose_leaves_empty_fields_out_and_shows_the_others(capsys, monkeypatch):
     patch = catalogue.load("safe_divide")
-    monkeypatch.setattr(catalogue, "_loaded", dict(catalogue._loaded, safe_divide=dataclasses.replace(
-        patch, changes="the zero-division result is 0, not num (1.0-1.3)", upstream="")))
+    other = catalogue.load("cumsum_device")
+    monkeypatch.setattr(catalogue, "_loaded", dict(
+        catalogue._loaded,
+        safe_divide=dataclasses.replace(patch, changes="the zero-division result is 0, not num (1.0-1.3)", upstream=""),
+        cumsum_device=dataclasses.replace(other, changes="")))
     cli.main(["status", "-v", "--patches", "safe_divide,cumsum_device"])
     blocks = {block.split(":")[0]: block for block in capsys.readouterr().out.split("\n\n")[1:]}
     assert "  changes   the zero-division result is 0, not num (1.0-1.3)" in blocks["safe_divide"]

@@ -11,15 +11,12 @@ import logging
 import sys
 import types
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
-from tmpatch import selection, settings
-from tmpatch.engine import Engine, PatchError
-from tmpatch.fingerprint import FingerprintError, fingerprint
-from tmpatch import spec
-from tmpatch import rewrite
-from tmpatch.spec import Patch, Rewrite, Target, Variant
+from tmpatch import gating, selection, settings
+from tmpatch.engine import Engine
+from tmpatch.spec import Patch, Target, Variant
 from tmpatch.report import PatchStatus, Report, State
 
 log = logging.getLogger("tmpatch")
@@ -54,96 +51,23 @@ def _is_applied(name: str) -> bool:
     return _rows.get(name, (State.OFF, ""))[0] == State.APPLIED
 
 
+# -- installing ----------------------------------------------------------------
 def _here(patch: Patch) -> List[Target]:
-    """The patch's targets that this release has (``Target.present``)."""
-    release = catalogue.release()
-    return [
-        t for t in patch.targets
-        if t.present is None or release is None or spec.contains(t.present, release)
-    ]
+    return gating.here(patch, catalogue.release())
 
 
-# -- gating and installing -----------------------------------------------------
 def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
-    """Decide what to do with ``patch`` on the loaded release: a state, its reason,
-    and the variants found (empty unless the state is APPLIED or NOT_NEEDED)."""
-    release = catalogue.release()
-    if release is not None and not spec.contains(patch.known, release):
-        return State.UNSUPPORTED, f"written for torchmetrics {spec.describe(patch.known)}; this is {release}", []
-    found: List[Tuple[Target, Variant]] = []
-    for target in _here(patch):
-        try:
-            obj = _engine.original(_key(target))
-        except PatchError as exc:
-            return State.MISMATCH, str(exc), []
-        if type(obj) is not types.FunctionType:  # a proxy passes isinstance; not this
-            return (
-                State.MISMATCH,
-                f"{target.path} is a {type(obj).__name__}, not the release's own function "
-                "(wrapped by another tool?)",
-                [],
-            )
-        try:
-            code = fingerprint(obj)
-        except FingerprintError as exc:
-            return State.MISMATCH, str(exc), []
-        variant = target.variant_for(code)
-        if variant is None:
-            return State.MISMATCH, f"code of {target.qualname} not recognised (fingerprint {code}); left alone", []
-        found.append((target, variant))
-    if not found:
-        return State.NOT_NEEDED, f"nothing to repair: {release} has none of its targets ({patch.upstream})", found
-    if all(variant.fixed for _, variant in found):
-        return State.NOT_NEEDED, f"upstream fix present (code of {_common(found)})", found
-    return State.APPLIED, f"code of {_common(found)} recognised", found
+    return gating.recognise(patch, catalogue.release(), lambda target: _engine.original(_key(target)))
 
 
-def _common(found: List[Tuple[Target, Variant]]) -> str:
-    """The releases whose code every target shares with this one: the overlap of the
-    variants' ranges (``1.4.0-1.5.2``), or, should they not overlap, the ranges listed."""
-    ranges = {variant.releases for _, variant in found}
-    bounds = [spec.bounds(r) for r in ranges]
-    firsts = [b[0] for b in bounds if b[0] is not None]
-    lasts = [b[1] for b in bounds if b[1] is not None]
-    low = max(firsts) if firsts else None
-    high = min(lasts) if lasts else None
-    if low is None or (high is not None and low > high):
-        return ", ".join(sorted(spec.describe(r) for r in ranges))
-    if high is None:
-        return f"{low}+"
-    return str(low) if low == high else f"{low}-{high}"
+def _joined(key: Tuple[str, str], module: Any, holders: Dict[str, Variant]) -> Callable[..., Any]:
+    return gating.joined(_engine.original(key), module, list(holders.values()))
 
 
 def _holders(key: Tuple[str, str]) -> Dict[str, Variant]:
     """The applied patches that hold the target ``key`` (several only for edits), in catalogue order."""
     held = _held.get(key, {})
     return {name: held[name] for name in catalogue.NAMES if name in held}
-
-
-def _around(wrapper: Callable[..., Any], inner: Optional[Callable[..., Any]]) -> Callable[..., Any]:
-    """``wrapper`` (a replacement) run around ``inner`` (a replacement, or the original itself)."""
-    if inner is None:
-        return wrapper
-
-    def joined(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        def within(*a: Any, **k: Any) -> Any:
-            return inner(original, *a, **k)
-
-        return wrapper(within, *args, **kwargs)
-
-    return joined
-
-
-def _joined(key: Tuple[str, str], module: Any, holders: Dict[str, Variant]) -> Callable[..., Any]:
-    """One replacement for every holder of ``key``: the edits applied together to the
-    original, then the wrappers around it, the first in catalogue order outermost."""
-    edits = [v.build for v in holders.values() if isinstance(v.build, Rewrite)]
-    inner = rewrite.replacement(_engine.original(key), module, edits) if edits else None
-    for variant in reversed([v for v in holders.values() if not isinstance(v.build, Rewrite)]):
-        assert variant.build is not None
-        inner = _around(variant.build(module), inner)
-    assert inner is not None
-    return inner
 
 
 def _put(target: Target, patch: Patch, variant: Variant, sweep: bool) -> None:
@@ -277,6 +201,9 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
                 else:
                     _arm(patch)
                     reason = "armed: applies when torchmetrics is imported"
+                    if catalogue.HOST in sys.modules:
+                        missing = next(t.module for t in _here(patch) if t.module not in sys.modules)
+                        reason = f"armed: applies when {missing} is imported"
                     if not catalogue.installed():
                         reason = "torchmetrics is not installed; armed in case it is imported later"
                     _rows[name] = (State.PENDING, reason)

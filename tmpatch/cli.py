@@ -149,6 +149,21 @@ def _say(message: str) -> None:
     print(f"tmpatch: {message}", file=sys.stderr)
 
 
+def _import_targets() -> None:
+    """Import the modules the patches target (those torchmetrics imports lazily too), so
+    that every row of the table is final rather than ``pending``."""
+    import importlib
+
+    from tmpatch import patches as catalogue
+
+    for name in catalogue.NAMES:
+        for target in catalogue.load(name).targets:
+            try:
+                importlib.import_module(target.module)
+            except Exception:  # noqa: BLE001 - absent in this release: the row says so
+                pass
+
+
 def _status(args: argparse.Namespace) -> int:
     import tmpatch
     from tmpatch import selection
@@ -166,6 +181,7 @@ def _status(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001
         print(f"tmpatch status: cannot import torchmetrics ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 1
+    _import_targets()
     report = tmpatch.apply(patches, exclude=exclude)
     if args.json:
         print(json.dumps(report.to_dict(details=args.wide), indent=2))

@@ -1,0 +1,96 @@
+"""Gating: which of a patch's targets a release has, whether their code is code the
+patch was written for, and the one replacement that several patches holding one
+target make together.
+
+Pure functions of the catalogue's declarations (:mod:`tmpatch.spec`) and of the
+functions found; :mod:`tmpatch.api` keeps the state and calls the engine.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from tmpatch import rewrite, spec
+from tmpatch.engine import PatchError
+from tmpatch.fingerprint import FingerprintError, fingerprint
+from tmpatch.report import State
+from tmpatch.spec import Patch, Rewrite, Target, Variant
+
+Found = List[Tuple[Target, Variant]]
+
+
+def here(patch: Patch, release: Optional[str]) -> List[Target]:
+    """The patch's targets that ``release`` has (``Target.present``; all when unknown)."""
+    return [t for t in patch.targets if t.present is None or release is None or spec.contains(t.present, release)]
+
+
+def recognise(patch: Patch, release: Optional[str], original: Callable[[Target], Any]) -> Tuple[str, str, Found]:
+    """What to do with ``patch`` on ``release``: a state, its reason, and the variants
+    found (empty unless the state is APPLIED or NOT_NEEDED). ``original(target)`` gives
+    the release's function (raising :class:`PatchError` when it cannot be found)."""
+    if release is not None and not spec.contains(patch.known, release):
+        return State.UNSUPPORTED, f"written for torchmetrics {spec.describe(patch.known)}; this is {release}", []
+    found: Found = []
+    for target in here(patch, release):
+        try:
+            obj = original(target)
+        except PatchError as exc:
+            return State.MISMATCH, str(exc), []
+        if type(obj) is not types.FunctionType:  # a proxy passes isinstance; not this
+            return (State.MISMATCH, f"{target.path} is a {type(obj).__name__}, not the release's own function "
+                    "(wrapped by another tool?)", [])
+        try:
+            code = fingerprint(obj)
+        except FingerprintError as exc:
+            return State.MISMATCH, str(exc), []
+        variant = target.variant_for(code)
+        if variant is None:
+            return State.MISMATCH, f"code of {target.qualname} not recognised (fingerprint {code}); left alone", []
+        found.append((target, variant))
+    if not found:
+        return State.NOT_NEEDED, f"nothing to repair: {release} has none of its targets ({patch.upstream})", found
+    if all(variant.fixed for _, variant in found):
+        return State.NOT_NEEDED, f"upstream fix present (code of {common(found)})", found
+    return State.APPLIED, f"code of {common(found)} recognised", found
+
+
+def common(found: Found) -> str:
+    """The releases whose code every target shares with this one: the overlap of the
+    variants' ranges (``1.4.0-1.5.2``), or, should they not overlap, the ranges listed."""
+    ranges = {variant.releases for _, variant in found}
+    bounds = [spec.bounds(r) for r in ranges]
+    firsts = [b[0] for b in bounds if b[0] is not None]
+    lasts = [b[1] for b in bounds if b[1] is not None]
+    low = max(firsts) if firsts else None
+    high = min(lasts) if lasts else None
+    if low is None or (high is not None and low > high):
+        return ", ".join(sorted(spec.describe(r) for r in ranges))
+    if high is None:
+        return f"{low}+"
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def _around(wrapper: Callable[..., Any], inner: Optional[Callable[..., Any]]) -> Callable[..., Any]:
+    """``wrapper`` (a replacement) run around ``inner`` (a replacement, or the original itself)."""
+    if inner is None:
+        return wrapper
+
+    def joined(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        def within(*a: Any, **k: Any) -> Any:
+            return inner(original, *a, **k)
+
+        return wrapper(within, *args, **kwargs)
+
+    return joined
+
+
+def joined(original: Callable[..., Any], module: Any, variants: Sequence[Variant]) -> Callable[..., Any]:
+    """One replacement for every variant that holds one target (in catalogue order): the
+    edits applied together to ``original``, then the wrappers around it, the first outermost."""
+    edits = [v.build for v in variants if isinstance(v.build, Rewrite)]
+    inner = rewrite.replacement(original, module, edits) if edits else None
+    for variant in reversed([v for v in variants if not isinstance(v.build, Rewrite)]):
+        assert variant.build is not None
+        inner = _around(variant.build(module), inner)
+    assert inner is not None
+    return inner
