@@ -43,8 +43,8 @@ def render(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str, 
     """The text report of :func:`tmpatch.audit.step.audit_step`'s runs."""
     skip = _library_dirs()
     mode = "real GPU (torch.cuda.set_sync_debug_mode)" if real else \
-        "simulated CUDA (fake tensors: no values; a value read gets a plausible answer)"
-    lines = fit(f"tmpatch audit --step {spec}: torchmetrics {release}, {mode}", 4)
+        "simulated CUDA\n(fake tensors: shapes and devices, no values; a value read gets a plausible answer)"
+    lines = fit(f"tmpatch audit --step {spec}: torchmetrics {release}", 4) + mode.splitlines()
     counts: Dict[str, int] = {}
     for state in states.values():
         counts[state] = counts.get(state, 0) + 1
