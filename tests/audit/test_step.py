@@ -57,6 +57,14 @@ def raising_step(device):
     raise ValueError("no data")  # <- raise
 
 
+def stopping_step(device):
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+
+    x = torch.ones(3, device=device)
+    x.sum().item()  # <- seen
+    raise DynamicOutputShapeException(torch.ops.aten.nonzero.default)  # <- stop
+
+
 def _line(fn, marker):
     return f"{HERE}:{marked_line(fn, f'# <- {marker}')}"
 
@@ -118,7 +126,7 @@ def test_cli_text_and_json(capsys, tmp_path, monkeypatch):
     ("tests.audit.test_step:nope", "--step: module 'tests.audit.test_step' has no 'nope'"),
     ("tests.audit.test_step:values", "--step: 'tests.audit.test_step:values' is a list, not a function"),
     ("tests.audit.test_step:_line", "--step: '_line' wants 2 arguments; a step function takes the device, or nothing"),
-    ("tests.audit.test_step:raising_step", "--step: the step raised ValueError: no data (at tests/audit/test_step.py:"),
+    ("tests.audit.test_step:raising_step", "--step: the step raised ValueError: no data (at "),
     ("broken.py:f", "--step: importing file 'broken.py' raised NameError: name 'oops' is not defined (at broken.py:1)"),
 ])
 def test_bad_steps_are_one_line_and_exit_2(capsys, tmp_path, monkeypatch, spec, message):
@@ -139,3 +147,17 @@ def test_load_names_dotted_attributes_and_the_step_error_is_clear():
     if not torch.cuda.is_available():
         with pytest.raises(StepError, match="--real needs a CUDA GPU"):
             audit_step(metric_step, real=True)
+
+
+@pytest.mark.once
+def test_an_op_the_simulation_cannot_size_stops_the_run_and_says_where(capsys):
+    runs = audit_step(stopping_step)
+    assert runs["patched"].count == 1 and runs["patched"].seen[0].where == _line(stopping_step, "seen")
+    line = marked_line(stopping_step, "# <- stop")
+    stopped = runs["patched"].stopped
+    assert stopped.startswith("DynamicOutputShapeException: aten.nonzero.default (at ")
+    assert stopped.endswith(f"test_step.py:{line})")
+    assert cli.main(["--step", "tests.audit.test_step:stopping_step"]) == 0
+    assert "patched: the simulation stopped early, DynamicOutputShapeException" in capsys.readouterr().out
+    assert cli.main(["--step", "tests.audit.test_step:stopping_step", "--fail-on-sync"]) == 1
+    assert "and stopped early" in capsys.readouterr().err

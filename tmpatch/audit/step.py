@@ -176,8 +176,7 @@ def _simulated(fn: Callable[..., Any], device: Optional[torch.device], run: Step
         try:
             _call(fn, device, run, lambda: run.seen.clear())
         except FAKE_ERRORS as exc:
-            where = run.seen[-1].where if run.seen else "?"
-            run.stopped = f"{_short(where.rpartition(':')[0])}:{where.rpartition(':')[2]} ({type(exc).__name__})"
+            run.stopped = _one_line(exc, skip)
 
 
 @contextlib.contextmanager

@@ -57,8 +57,8 @@ def render(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str, 
     lines.append(f"sync points per step, unpatched -> patched: {before} -> {after}")
     for mode in MODES:
         if runs[mode].stopped:
-            lines += fit(f"{mode}: the simulation stopped at {runs[mode].stopped}: an op whose output size it "
-                         "cannot work out; syncs after it are not seen (--real on a GPU runs it)", 4)
+            lines += fit(f"{mode}: the simulation stopped early, {runs[mode].stopped}: an op whose output size "
+                         "it cannot work out; syncs after it are not seen (--real on a GPU runs it)", 4)
     groups = _groups(runs)
     if groups:
         lines += ["", "at your code (unpatched -> patched), then each sync (label: see tmpatch audit --help):"]
