@@ -15,7 +15,6 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
-import linecache
 import os
 import sys
 import sysconfig

@@ -6,7 +6,7 @@ import linecache
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from tmpatch.audit.cli import WIDTH, _location, fit, tag
+from tmpatch.audit.text import WIDTH, _location, fit, tag
 from tmpatch.audit.step import StepError, StepRun, _library_dirs, _short, audit_step, load, yours
 
 MODES = ("unpatched", "patched")
