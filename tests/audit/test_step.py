@@ -12,7 +12,7 @@ from tmpatch.audit import cli
 from tmpatch.audit.report import SyncKind
 from tmpatch.audit.step import StepError, audit_step, load, takes_device
 
-from tests.audit.helpers import marked_line
+from tests.audit.helpers import marked_line, release_in
 
 HERE = os.path.abspath(__file__)
 values = []
@@ -79,6 +79,10 @@ def test_each_sync_at_the_users_line_and_set_up_left_out():
         assert {s.function for s in run.seen} == {"step"}
         assert {s.point.kind for s in run.seen} == {SyncKind.D2H_READ}
     assert "applied" not in tmpatch.status().states().values()  # left as found
+    tmpatch.apply(["cumsum_device"])
+    before = tmpatch.status().states()
+    audit_step(make_syncing_step)
+    assert tmpatch.status().states() == before
 
 
 @pytest.mark.once
@@ -161,3 +165,32 @@ def test_an_op_the_simulation_cannot_size_stops_the_run_and_says_where(capsys):
     assert "patched: the simulation stopped early, DynamicOutputShapeException" in capsys.readouterr().out
     assert cli.main(["--step", "tests.audit.test_step:stopping_step", "--fail-on-sync"]) == 1
     assert "and stopped early" in capsys.readouterr().err
+
+
+def test_the_readme_example(capsys):
+    """examples/step_example.py: the two syncs of the user's own code stay, the metrics' go; on 1.9.0 the
+    output is the README's."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+    runs = audit_step(load(os.path.join(root, "examples", "step_example.py") + ":make_step"))
+    patched = runs["patched"]
+    assert patched.count == 2 and runs["unpatched"].count > 2
+    assert [s.function for s in patched.seen] == ["log_value", "step"]
+    if release_in("==1.9.0"):
+        with open(os.path.join(root, "README.rst")) as readme:
+            text = readme.read()
+        block = text.split("\n    sync points per step, unpatched -> patched: ")[1].split("\n")
+        expected = ["sync points per step, unpatched -> patched: " + block[0]]
+        for line in block[1:]:
+            if line and not line.startswith("    "):
+                break
+            expected.append(line[4:])
+        while not expected[-1]:
+            expected.pop()
+        old = os.getcwd()
+        try:
+            os.chdir(root)
+            assert cli.main(["--step", "examples/step_example.py:make_step"]) == 0
+        finally:
+            os.chdir(old)
+        out = capsys.readouterr().out.splitlines()
+        assert out[out.index(expected[0]):] == expected
