@@ -194,3 +194,16 @@ def test_the_readme_example(capsys):
             os.chdir(old)
         out = capsys.readouterr().out.splitlines()
         assert out[out.index(expected[0]):] == expected
+
+
+@pytest.mark.once
+def test_a_step_file_imports_its_neighbours_and_may_hold_dataclasses(tmp_path):
+    folder = tmp_path / "train"
+    folder.mkdir()
+    (folder / "neighbour.py").write_text("def read(t):\n    return t.item()\n")
+    (folder / "loop.py").write_text("import dataclasses\nimport torch\nfrom neighbour import read\n\n\n"
+                                    "@dataclasses.dataclass\nclass State:\n    x: object = None\n\n\n"
+                                    "def make(device):\n    state = State(torch.ones(2, device=device))\n"
+                                    "    return lambda: read(state.x.sum())\n")
+    run = audit_step(load(f"{folder / 'loop.py'}:make"))["unpatched"]
+    assert [(s.where, s.function) for s in run.seen] == [(f"{folder / 'neighbour.py'}:2", "read")]

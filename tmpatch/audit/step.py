@@ -71,28 +71,29 @@ def load(spec: str) -> Callable[..., Any]:
     if source.endswith(".py") or os.sep in source or "/" in source:
         if not os.path.isfile(source):
             raise StepError(f"--step: no file {source!r}")
-        what = f"file {source!r}"
+        what, folder = f"file {source!r}", os.path.dirname(os.path.abspath(source))
         loader = importlib.util.spec_from_file_location(f"tmpatch_step_{abs(hash(source))}", os.path.abspath(source))
 
         def call() -> Any:
             module = importlib.util.module_from_spec(loader)  # type: ignore[arg-type]
+            sys.modules[loader.name] = module  # type: ignore[union-attr] # as a script: dataclasses, pickle
             loader.loader.exec_module(module)  # type: ignore[union-attr]
             return module
     else:
-        what = f"module {source!r}"
+        what, folder = f"module {source!r}", os.getcwd()  # as ``python -m``: the current directory's modules
         call = lambda: importlib.import_module(source)  # type: ignore[assignment] # noqa: E731
-    added = os.getcwd() not in sys.path
-    if added:  # as ``python -m``: modules of the current directory can be named
-        sys.path.insert(0, os.getcwd())
+    added = folder not in sys.path
+    if added:  # as ``python FILE``: the file's folder, for its own imports
+        sys.path.insert(0, folder)
     try:
         module = call()
     except ModuleNotFoundError as exc:
         raise StepError(f"--step: cannot import {what} ({exc})") from None
-    except BaseException as exc:  # noqa: BLE001 - the user's module: any error, one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module: any error, one line
         raise StepError(f"--step: importing {what} raised {_one_line(exc)}") from None
     finally:
         if added:
-            sys.path.remove(os.getcwd())
+            sys.path.remove(folder)
     obj: Any = module
     for part in name.split("."):
         if not hasattr(obj, part):
