@@ -84,7 +84,7 @@ def test_help_names_the_labels_consistently(capsys):
     out = capsys.readouterr().out
     assert "--fail-on-sync: exit 1" in out and "bincount" not in out.split("labels of a sync point")[1].split(
         "patch NAME")[0]  # CUDA bincount is no example of "inherent"
-    for word in ("inherent", "validation", "patch NAME", "upstream", "deferred", "unexplained"):
+    for word in ("inherent", "validation", "patch NAME", "upstream", "deferred", "unexplained", "your code"):
         assert f"\n  {word}" in out
     assert max(map(len, out.splitlines())) <= 120
     assert {cli.tag(None)} | {cli.tag(label) for label in panel.LABELS} <= {

@@ -34,7 +34,8 @@ labels of a sync point (-v, the notes, --step):
   patch NAME   tmpatch's patch NAME removes it (seen patched: NAME is not in effect)
   upstream     a defect of the release, fixed in a later one
   deferred     a check a patch moved from update() to compute(): one read per compute
-  unexplained  none of the above (in your own code: yours to remove)"""
+  unexplained  none of the above
+  your code    (--step) a sync in your own code, none of the above: yours to remove"""
 
 FAIL_RULE = """\
 --fail-on-sync: exit 1 when the patched update() of a row (or the patched --step)
