@@ -92,7 +92,8 @@ def select(wanted: Sequence[str], names: Sequence[str]) -> Tuple[List[str], List
 
 
 def _unknown(unknown: Sequence[str], names: Sequence[str]) -> str:
-    close = difflib.get_close_matches(unknown[0], list(names) + sorted({n.split(" (")[0] for n in names}), n=3)
+    candidates = list(dict.fromkeys([*names, *(n.split(" (")[0] for n in names)]))
+    close = difflib.get_close_matches(unknown[0], candidates, n=3)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return (f"tmpatch audit: no row matches --metric {unknown[0]!r}{hint} (a row name, a metric class or part "
             f"of a name; tmpatch audit --list shows the {len(names)} rows)")

@@ -43,7 +43,7 @@ def render(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str, 
     """The text report of :func:`tmpatch.audit.step.audit_step`'s runs."""
     skip = _library_dirs()
     mode = "real GPU (torch.cuda.set_sync_debug_mode)" if real else \
-        "simulated CUDA\n(fake tensors: shapes and devices, no values; a value read gets a plausible answer)"
+        "simulated CUDA (fake tensors: shapes and devices, no values; a value read gets a plausible answer)"
     lines = fit(f"tmpatch audit --step {spec}: torchmetrics {release}", 4) + mode.splitlines()
     counts: Dict[str, int] = {}
     for state in states.values():
