@@ -1,39 +1,63 @@
-"""``tmpatch audit``: the host-device syncs of common metrics, unpatched and patched.
+"""``tmpatch audit``: the host-device syncs of common metrics, or of the user's own step,
+unpatched and patched.
 
 Called by :mod:`tmpatch.cli` as ``main(argv) -> int`` with the arguments after ``audit``.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
+
+from tmpatch.audit.text import WIDTH, fit, header, render, shown, tag, totals  # noqa: F401 - the CLI's text
 
 DESCRIPTION = """\
 Audit a built-in panel of metric calls for host-device synchronisations, on the
 torchmetrics release installed here: per update() and per compute() (after one
 update), on the release's own code and with tmpatch applied, side by side. Without
 a GPU the calls run on simulated CUDA tensors and an oracle finds the sync points;
-with one, torch.cuda.set_sync_debug_mode counts them. tmpatch is left as found."""
+with one, torch.cuda.set_sync_debug_mode counts them. tmpatch is left as found.
+By default the table shows the rows that change or still sync (--all-rows: all).
+
+--step MODULE:FUNCTION (or path/to/file.py:FUNCTION) audits your own step instead:
+FUNCTION(device) builds its metrics and tensors on the device it is given and
+returns the step (a callable without arguments); the step is audited, unpatched
+and patched, and every sync is listed at the line of your code that led to it."""
+
+LABELS_HELP = """\
+labels of a sync point (-v, the notes, --step):
+  inherent     no implementation of the call can avoid it (CatMetric dropping NaN
+               elements, an unbinned curve's length at compute)
+  validation   input validation the user asked for (validate_args=True)
+  patch NAME   tmpatch's patch NAME removes it (seen patched: NAME is not in effect)
+  upstream     a defect of the release, fixed in a later one
+  deferred     a check a patch moved from update() to compute(): one read per compute
+  unexplained  none of the above
+  your code    (--step) a sync in your own code, none of the above: yours to remove"""
 
 FAIL_RULE = """\
---fail-on-sync: exit 1 when the patched update() of a row still has a sync point
-that is not labelled "inherent" (no implementation can avoid it, e.g. CUDA
-bincount, CatMetric dropping NaN) or "validation" (validate_args=True), or when
-a row could not be audited. Syncs in compute() and unpatched syncs never fail."""
+--fail-on-sync: exit 1 when the patched update() of a row (or the patched --step)
+still has a sync point not labelled "inherent" or "validation", or when a row (or
+the step) could not be audited to its end. Syncs in compute() and unpatched syncs
+never fail."""
 
-EPILOG = FAIL_RULE + """
+EPILOG = LABELS_HELP + "\n\n" + FAIL_RULE + """
 
 exit status: 0 done; 1 --fail-on-sync found a sync (or torchmetrics cannot be
-imported, or torch is older than 2.1); 2 usage error (e.g. an unknown --metric
-name)."""
+imported, or torch is older than 2.1); 2 usage error (e.g. no row matches --metric,
+a --step that cannot be loaded or that raises)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tmpatch audit", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--metric", action="append", metavar="NAME",
-                        help="audit only this row (repeatable; case-insensitive; --list shows the names)")
+                        help="audit only these rows: a row name, a metric class (MeanMetric: its 3 rows) or "
+                             "part of a name; case-insensitive, repeatable (--list shows the names)")
+    parser.add_argument("--all-rows", action="store_true",
+                        help="show every row (default: rows that change or still sync, and rows named by --metric)")
     parser.add_argument("--list", action="store_true", help="print the row names and exit")
     parser.add_argument("--json", action="store_true", help="print the whole result, every sync point, as JSON")
     parser.add_argument("-v", "--verbose", action="store_true",
@@ -41,78 +65,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fail-on-sync", action="store_true", help="exit 1 when a patched update still syncs "
                         "(see below)")
     parser.add_argument("--simulated", action="store_true", help="simulate CUDA even when a GPU is present")
+    parser.add_argument("--step", metavar="MODULE:FUNCTION",
+                        help="audit your own step: FUNCTION(device) in MODULE (or path/to/file.py) builds its "
+                             "metrics on the device and returns the step; simulated CUDA unless --real")
+    parser.add_argument("--real", action="store_true", help="with --step: run on the GPU (CUDA sync debug mode)")
     parser.add_argument("--calibrate", action="store_true",
                         help="on a GPU: run the panel and the probe table simulated and real, and "
                              "print where they differ; see python -m tmpatch.audit.calibrate --help")
     return parser
 
 
-def _fmt(a: Optional[object]) -> str:
-    return "-" if a is None else str(a.count)  # type: ignore[attr-defined]
+# --- running -----------------------------------------------------------------------------------
+
+def select(wanted: Sequence[str], names: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """The rows ``wanted`` names (an exact row name, else a metric class, else a substring of
+    row names; case-insensitive), in panel order, and the ``wanted`` entries matching none."""
+    chosen, unknown = set(), []
+    for want in wanted:
+        key = want.strip().lower()
+        found = [n for n in names if n.lower() == key] or \
+            [n for n in names if n.split(" (")[0].lower() == key] or [n for n in names if key in n.lower()]
+        chosen.update(found)
+        if not found:
+            unknown.append(want)
+    return [n for n in names if n in chosen], unknown
 
 
-def _pair(results: Dict[str, object], helper_na: bool) -> str:
-    if helper_na:
-        return "n/a"
-    return f"{_fmt(results.get('unpatched'))} -> {_fmt(results.get('patched'))}"
-
-
-def _location(location: str) -> str:
-    """Shorten a path to its package-relative part (``torchmetrics/...``, ``tmpatch/...``)."""
-    path, _, line = location.rpartition(":")
-    for package in ("torchmetrics/", "tmpatch/"):
-        at = path.replace("\\", "/").rfind("/" + package)
-        if at >= 0:
-            return f"{path[at + 1:]}:{line}"
-    return location
-
-
-def render(panel: "object", verbose: bool = False) -> str:
-    """The table (and with ``verbose`` every sync point) of a :class:`~tmpatch.audit.panel.Panel`."""
-    from tmpatch.audit.panel import label_for
-
-    legend: List[str] = []
-    table = [("row", "update syncs", "compute syncs", "fixed by", "note")]
-    for row in panel.rows:  # type: ignore[attr-defined]
-        if not row.available:
-            table.append((row.name, "n/a", "n/a", "", row.why_na))
-            continue
-        marks = []
-        for text in row.notes():
-            if text not in legend:
-                legend.append(text)
-            marks.append(f"[{legend.index(text) + 1}]")
-        table.append((row.name, _pair(row.update, False), _pair(row.compute, row.helper),
-                      ",".join(row.fixed_by()), " ".join(marks)))
-    widths = [max(len(r[i]) for r in table) for i in range(4)]
-    lines = [f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:<{widths[3]}}  {r[4]}".rstrip()
-             for r in table]
-    lines.insert(1, "  ".join("-" * w for w in widths) + "  ----")
-    if legend:
-        lines += ["", "notes (remaining syncs, patched):"]
-        lines += [f"  [{i}] {text}" for i, text in enumerate(legend, 1)]
-    if verbose:
-        lines += ["", "sync points:"]
-        for row in panel.rows:  # type: ignore[attr-defined]
-            for part in ("update", "compute"):
-                for mode, audited in getattr(row, part).items():
-                    for point in audited.points:
-                        label = label_for(point)
-                        tag = f"  [{label.category}]" if label else "  [unlabelled]"
-                        tag += "" if point.is_sync else "  (not a sync)"
-                        lines.append(f"  {row.name} | {part} {mode} | {point.kind.value} | {point.op} | "
-                                     f"{_location(point.location)} | {point.function}{tag}")
-    return "\n".join(lines)
-
-
-def header(panel: "object") -> str:
-    """The release, the mode and the patch states."""
-    mode = {"simulated": "simulated CUDA (no GPU needed: an oracle on fake CUDA tensors)",
-            "real": "real GPU (torch.cuda.set_sync_debug_mode)"}.get(panel.mode, panel.mode)  # type: ignore
-    states = ", ".join(f"{k} {v}" for k, v in panel.patch_states.items())  # type: ignore[attr-defined]
-    return (f"tmpatch audit: torchmetrics {panel.release}, {mode}\n"  # type: ignore[attr-defined]
-            f"patched with: {states}\n"
-            "syncs per call: unpatched -> patched; compute after one update\n")
+def _unknown(unknown: Sequence[str], names: Sequence[str]) -> str:
+    candidates = list(dict.fromkeys([*names, *(n.split(" (")[0] for n in names)]))
+    close = difflib.get_close_matches(unknown[0], candidates, n=3)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return (f"tmpatch audit: no row matches --metric {unknown[0]!r}{hint} (a row name, a metric class or part "
+            f"of a name; tmpatch audit --list shows the {len(names)} rows)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -122,18 +106,24 @@ def _run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"tmpatch audit: {problem}", file=sys.stderr)
         return 1
+    if args.step is not None or args.real:
+        if args.step is None or args.metric or args.list or args.all_rows:
+            print("tmpatch audit: --real goes with --step, and --step with neither --metric, --list nor "
+                  "--all-rows", file=sys.stderr)
+            return 2
+        from tmpatch.audit import step_cli
+
+        return step_cli.main(args.step, real=args.real, as_json=args.json, fail_on_sync=args.fail_on_sync)
     from tmpatch.audit import panel as panel_module
 
     if args.list:
         print("\n".join(panel_module.ROW_NAMES))
         return 0
-    names = args.metric
-    for name in names or ():
-        try:
-            panel_module.find_row(name)
-        except KeyError:
-            print(f"tmpatch audit: unknown --metric {name!r}; valid names:\n  "
-                  + "\n  ".join(panel_module.ROW_NAMES), file=sys.stderr)
+    names: Optional[List[str]] = None
+    if args.metric:
+        names, unknown = select(args.metric, panel_module.ROW_NAMES)
+        if unknown:
+            print(_unknown(unknown, panel_module.ROW_NAMES), file=sys.stderr)
             return 2
     try:
         import torchmetrics  # noqa: F401 - the subject of the audit
@@ -145,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(header(result))
-        print(render(result, verbose=args.verbose))
+        print(render(result, verbose=args.verbose, all_rows=args.all_rows or names is not None))
     if args.fail_on_sync:
         failing = result.failing()
         if failing:
