@@ -224,3 +224,14 @@ def test_audit_missing_is_exit_2_with_a_clear_message(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "tmpatch.audit.cli", None)
     assert cli.main(["audit"]) == 2
     assert "tmpatch audit: not available" in capsys.readouterr().err
+
+
+def test_a_reader_that_closes_the_pipe_early_gets_no_traceback():
+    """``tmpatch status | head -1``: the command ends quietly, exit 0, nothing on stderr."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
+    proc = subprocess.Popen([sys.executable, "-m", "tmpatch", "status", "-v"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    assert proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away before the table is written out
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 1) and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -248,7 +248,18 @@ def _audit(argv: Sequence[str]) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status (a reader that closes the pipe early,
+    ``tmpatch audit | head``, ends it quietly)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # stdout is gone: point it at devnull so the interpreter's final flush is silent too
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "audit":  # its own options, parsed by tmpatch.audit.cli
         return _audit(argv[1:])
