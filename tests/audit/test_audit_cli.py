@@ -21,11 +21,10 @@ def _run(capsys, *argv):
     return code, out, err
 
 
-@pytest.fixture(scope="module")
-def whole():
-    """The whole panel, once per release, and its default and --all-rows text."""
-    tmpatch.revert()
-    result = panel.run_panel(real=False)
+@pytest.fixture
+def whole(panel_result):
+    """The whole panel, once per release (tests/audit/conftest.py), and its default and --all-rows text."""
+    result = panel_result
     return result, cli.header(result) + "\n" + cli.render(result), cli.header(result) + "\n" + cli.render(
         result, verbose=True, all_rows=True)
 

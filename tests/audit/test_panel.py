@@ -20,11 +20,10 @@ AGGREGATORS = ("MeanMetric (default weight)", "MeanMetric (tensor weight)", "Mea
 MULTICLASS = ("MulticlassAccuracy", "MulticlassPrecision", "MulticlassRecall", "MulticlassF1Score")
 
 
-@pytest.fixture(scope="module")
-def panel():
-    """The whole panel, once per release (a few seconds)."""
-    tmpatch.revert()
-    return run_panel(real=False)
+@pytest.fixture
+def panel(panel_result):
+    """The whole panel, once per release (tests/audit/conftest.py)."""
+    return panel_result
 
 
 def _at(points, suffix, kind=None):
