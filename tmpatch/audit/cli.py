@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fail-on-sync", action="store_true", help="exit 1 when a patched update still syncs "
                         "(see below)")
     parser.add_argument("--simulated", action="store_true", help="simulate CUDA even when a GPU is present")
+    parser.add_argument("--all", action="store_true",
+                        help="the library sweep: every concrete Metric class of the installed torchmetrics, update() "
+                             "and forward(), unpatched and patched (simulated CUDA; with --json too)")
     parser.add_argument("--calibrate", action="store_true",
                         help="on a GPU: run the panel and the probe table simulated and real, and "
                              "print where they differ; see python -m tmpatch.audit.calibrate --help")
@@ -126,6 +129,11 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.list:
         print("\n".join(panel_module.ROW_NAMES))
+        return 0
+    if args.all:  # the library sweep: tmpatch/audit/sweep.py
+        from tmpatch.audit import sweep
+
+        print(sweep.report_text(as_json=args.json))
         return 0
     names = args.metric
     for name in names or ():
