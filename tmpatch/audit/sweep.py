@@ -163,8 +163,10 @@ def _quiet() -> Iterator[None]:
         log.setLevel(level)
 
 
-def run_sweep(names: Optional[Sequence[str]] = None, real: bool = False) -> Sweep:
-    """Audit every class (or those ``names``), unpatched then patched; tmpatch is left as found."""
+def run_sweep(names: Optional[Sequence[str]] = None, real: bool = False,
+              exclude: Optional[Sequence[str]] = None) -> Sweep:
+    """Audit every class (or those ``names``), unpatched then patched (every patch but
+    ``exclude``); tmpatch is left as found."""
     import torchmetrics
 
     import tmpatch
@@ -183,7 +185,7 @@ def run_sweep(names: Optional[Sequence[str]] = None, real: bool = False) -> Swee
             for mode in MODES:
                 tmpatch.revert()
                 if mode == "patched":
-                    tmpatch.apply()
+                    tmpatch.apply(exclude=list(exclude) if exclude else None)
                 for result in results:
                     if result.skipped:
                         continue
