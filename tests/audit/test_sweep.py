@@ -109,3 +109,23 @@ def test_json_is_complete(sweep):
     data = json.loads(json.dumps(sweep.to_dict()))
     assert data["totals"] == sweep.totals()
     assert {c["name"] for c in data["classes"]} == {r.name for r in sweep.results}
+
+
+def test_cli_all_prints_the_sweep(sweep, monkeypatch, capsys):
+    from tmpatch.audit import cli
+    from tmpatch.audit import sweep as sweep_module
+    from tmpatch.audit.sweep_results import totals_line
+
+    monkeypatch.setattr(sweep_module, "run_sweep", lambda names=None: sweep)
+    assert cli.main(["--all"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1] == totals_line(sweep)
+    assert cli.main(["--all", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"] == sweep.totals()
+
+
+def test_calibration_finds_the_sweep():
+    from tmpatch.audit import sweep as sweep_module
+    from tmpatch.audit.cases import sweep_sources
+
+    assert sweep_sources()["sweep"] is sweep_module.calibration_cases

@@ -215,6 +215,7 @@ def render(sweep: Sweep) -> str:
 def totals_line(sweep: Sweep) -> str:
     """``classes audited, sync-free unpatched -> patched, remaining by cause, skipped``."""
     t = sweep.totals()
-    return (f"totals: {t['audited']} audited; sync-free {t['sync_free_unpatched']} -> {t['sync_free_patched']}; "
+    return (f"totals: {t['audited']} audited; sync-free unpatched {t['sync_free_unpatched']} -> patched "
+            f"{t['sync_free_patched']}; "
             f"left: inherent {t['inherent']}, compute {t['compute']}, validation {t['validation']}, "
             f"not covered {t['not_covered']}; skipped {t['skipped']}")
