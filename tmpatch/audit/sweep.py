@@ -2,13 +2,13 @@
 torchmetrics, ``update()`` and ``forward()``, unpatched and patched, on simulated CUDA.
 
 Each class is built with simple valid arguments and small generated inputs
-(:mod:`tmpatch.audit.sweep_args`; the first input the release's own ``update()`` accepts
-on the CPU is kept), then audited. Each sync left patched gets a cause from the panel's
-labels (the patches' own, :data:`tmpatch.audit.panel.LABELS`) and :data:`SWEEP_LABELS`:
-*inherent* (a state whose shape depends on the data, an answer that is a host value),
-*validation* (the user can turn it off) or *not covered* (no tmpatch patch removes it yet).
-Classes that need optional packages or pretrained weights, take strings, or cannot be
-built are listed as skipped, with why. Also a calibration source (``calibration_cases``).
+(:mod:`tmpatch.audit.sweep_args`; the first input the release's own ``forward()`` accepts
+on the CPU is kept), then audited; forward's syncs made inside a ``compute()`` are marked.
+The causes of the syncs left patched, the results and the table are in
+:mod:`tmpatch.audit.sweep_results`. Classes that need optional packages or pretrained
+weights, take strings, or cannot be built are listed as skipped, with why. Also a
+calibration source (:func:`calibration_cases`, found through
+:data:`tmpatch.audit.cases.SWEEP_MODULES`).
 """
 from __future__ import annotations
 

@@ -189,7 +189,8 @@ def render(sweep: Sweep) -> str:
     """The table: one line per audited class (syncs per update and forward, unpatched -> patched,
     and the patched status), under it each remaining sync's source line and cause; then the
     skipped classes with why, and the totals line."""
-    lines = [f"{'class':<44} {'update':>9} {'forward':>9}  status (patched)", f"{'-' * 44} {'-' * 9} {'-' * 9}  {'-' * 16}"]
+    lines = [f"{'class':<44} {'update':>9} {'forward':>9}  status (patched)",
+             f"{'-' * 44} {'-' * 9} {'-' * 9}  {'-' * 16}"]
     for result in sweep.audited:
         lines.append(f"{result.name[:44]:<44} {_pair(result, 'update'):>9} {_pair(result, 'forward'):>9}  "
                      f"{result.status('patched')}")
