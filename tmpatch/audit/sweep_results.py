@@ -182,6 +182,7 @@ def _pair(result: ClassResult, call: str) -> str:
 
 
 def _cut(text: str) -> str:
+    text = " ".join(text.split("\n"))  # an error message may span lines
     return text if len(text) <= WIDTH else text[:WIDTH - 3] + "..."
 
 
@@ -192,8 +193,8 @@ def render(sweep: Sweep) -> str:
     lines = [f"{'class':<44} {'update':>9} {'forward':>9}  status (patched)",
              f"{'-' * 44} {'-' * 9} {'-' * 9}  {'-' * 16}"]
     for result in sweep.audited:
-        lines.append(f"{result.name[:44]:<44} {_pair(result, 'update'):>9} {_pair(result, 'forward'):>9}  "
-                     f"{result.status('patched')}")
+        lines.append(_cut(f"{result.name[:44]:<44} {_pair(result, 'update'):>9} {_pair(result, 'forward'):>9}  "
+                          f"{result.status('patched')}"))
         seen: Dict[Tuple[str, str, str], int] = {}
         for call, point, cause, reason in result.remaining():
             where = "" if point is None else f"{_location(point.location)} {point.function}"
@@ -214,9 +215,8 @@ def render(sweep: Sweep) -> str:
 
 
 def totals_line(sweep: Sweep) -> str:
-    """``classes audited, sync-free unpatched -> patched, remaining by cause, skipped``."""
+    """``classes audited; sync-free unpatched -> patched; remaining (patched) by cause; skipped``."""
     t = sweep.totals()
-    return (f"totals: {t['audited']} audited; sync-free unpatched {t['sync_free_unpatched']} -> patched "
-            f"{t['sync_free_patched']}; "
-            f"left: inherent {t['inherent']}, compute {t['compute']}, validation {t['validation']}, "
+    return (f"totals: {t['audited']} audited; sync-free {t['sync_free_unpatched']} -> {t['sync_free_patched']}; "
+            f"remaining: inherent {t['inherent']}, compute {t['compute']}, validation {t['validation']}, "
             f"not covered {t['not_covered']}; skipped {t['skipped']}")
