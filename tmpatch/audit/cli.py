@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="audit your own step: FUNCTION(device) in MODULE (or path/to/file.py) builds its "
                              "metrics on the device and returns the step; simulated CUDA unless --real")
     parser.add_argument("--real", action="store_true", help="with --step: run on the GPU (CUDA sync debug mode)")
+    parser.add_argument("--all", action="store_true",
+                        help="the library sweep: every concrete Metric class of the installed torchmetrics, update() "
+                             "and forward(), unpatched and patched (simulated CUDA; with --json too)")
     parser.add_argument("--calibrate", action="store_true",
                         help="on a GPU: run the panel and the probe table simulated and real, and "
                              "print where they differ; see python -m tmpatch.audit.calibrate --help")
@@ -118,6 +121,11 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.list:
         print("\n".join(panel_module.ROW_NAMES))
+        return 0
+    if args.all:  # the library sweep: tmpatch/audit/sweep.py
+        from tmpatch.audit import sweep
+
+        print(sweep.report_text(as_json=args.json))
         return 0
     names: Optional[List[str]] = None
     if args.metric:
