@@ -11,7 +11,7 @@ import logging
 import sys
 import types
 import warnings
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
 from tmpatch import settings
@@ -361,6 +361,13 @@ def get_original(obj: object) -> object:
     if layer is not None and layer.wrapper is obj:
         return layer.original
     return obj
+
+
+def arm(module_name: str, callback: Callable[[types.ModuleType], None]) -> None:
+    """Run ``callback(module)`` once ``module_name`` is imported (for patches' helpers;
+    disarmed by ``revert()``)."""
+    with _engine.lock:
+        _engine.arm(module_name, callback)
 
 
 def patch_names() -> Sequence[str]:

@@ -1,0 +1,114 @@
+"""What patches need of ``torch.compile``: whether code is being traced, and calls left
+out of the graph.
+
+A patch keeps the release's eager code path and switches to a traceable one only where
+the eager one cannot be compiled (a ``ContextVar``, an ``if`` on a device value): it
+asks :func:`compiling`, which is torch's own check (``torch.compiler.is_compiling``;
+``torch._dynamo.is_compiling`` before torch 2.3), True while dynamo traces and False in
+eager code. :class:`Outside` runs a function eagerly from compiled code (a graph break
+where it is called): for bookkeeping whose value torch.compile would otherwise guard
+on, and recompile for, at every step.
+
+Nothing here imports ``torch._dynamo`` (seconds of start-up): the pieces that need it
+are made when it is imported, by a post-import hook armed with :func:`prepare`.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from typing import Any, Callable, List, Optional
+
+log = logging.getLogger("tmpatch")
+
+DYNAMO = "torch._dynamo"
+
+
+def _never() -> bool:
+    return False
+
+
+class _State:
+    """Bound once torch (and, for some pieces, torch._dynamo) is loaded."""
+
+    __slots__ = ("is_compiling", "dynamic_ints")
+
+    def __init__(self) -> None:
+        self.is_compiling: Callable[[], bool] = _never
+        self.dynamic_ints: Callable[[], Any] = contextlib.nullcontext
+
+
+_state = _State()
+_outsides: List["Outside"] = []
+
+
+def compiling() -> bool:
+    """Whether torch.compile is tracing the caller (False in eager code)."""
+    return _state.is_compiling()
+
+
+def dynamic_ints() -> Any:
+    """A context manager under which torch.compile treats integer attributes of modules as
+    dynamic (a symbol, not a constant to guard on): its traceable config patch
+    ``allow_unspec_int_on_nn_module`` where torch has one (2.8+?), else nothing."""
+    return _state.dynamic_ints()
+
+
+class Outside:
+    """``fn``, called from compiled code, runs eagerly (``torch._dynamo.disable``): a
+    graph break there, and nothing it reads becomes a guard. ``ready``: the eager
+    twin exists (torch._dynamo is loaded); else :meth:`__call__` runs ``fn`` as is."""
+
+    __slots__ = ("fn", "eager")
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.eager: Optional[Callable[..., Any]] = None
+        _outsides.append(self)
+        if DYNAMO in sys.modules:
+            self._bind(sys.modules[DYNAMO])
+
+    def _bind(self, dynamo: Any) -> None:
+        if self.eager is None:
+            self.eager = dynamo.disable(self.fn)
+
+    @property
+    def ready(self) -> bool:
+        return self.eager is not None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        eager = self.eager
+        if eager is None:
+            return self.fn(*args, **kwargs)
+        return eager(*args, **kwargs)
+
+
+def _bind_torch() -> None:
+    import torch
+
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if check is not None:
+        _state.is_compiling = check
+    elif DYNAMO in sys.modules:
+        _state.is_compiling = sys.modules[DYNAMO].is_compiling  # torch < 2.3
+
+
+def on_dynamo(module: Any) -> None:
+    """Post-import hook of ``torch._dynamo``: bind the pieces that need it."""
+    _bind_torch()
+    patch = getattr(getattr(module, "decorators", None), "patch_dynamo_config", None)
+    allowed = getattr(getattr(module, "decorators", None), "_allowed_config_patches", ())
+    if patch is not None and "allow_unspec_int_on_nn_module" in allowed:
+        _state.dynamic_ints = lambda: patch(allow_unspec_int_on_nn_module=True)
+    for outside in _outsides:
+        outside._bind(module)
+
+
+def prepare(arm: Callable[[str, Callable[[Any], None]], None]) -> None:
+    """Bind torch's check now, and the rest once ``torch._dynamo`` is imported
+    (``arm(module_name, callback)``: the engine's post-import hook)."""
+    _bind_torch()
+    if DYNAMO in sys.modules:
+        on_dynamo(sys.modules[DYNAMO])
+    else:
+        arm(DYNAMO, on_dynamo)
