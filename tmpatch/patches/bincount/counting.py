@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple
 
 from tmpatch import deferred, settings
+from tmpatch.compiled import compiling
 
 MESSAGE = (
     "tmpatch bincount: {count} value(s) seen by update() since the last compute() of {name} were not valid "
@@ -52,8 +53,29 @@ class Update:
         RECORD.add(self.metric, mask.sum())
 
 
-#: the recorded update running in this thread / task, if any
+#: the recorded update running in this thread / task, if any (eager code)
 current: "contextvars.ContextVar[Optional[Update]]" = contextvars.ContextVar("tmpatch_bincount", default=None)
+
+
+class _Traced:
+    """The recorded update of the code torch.compile is tracing: dynamo cannot trace a
+    ContextVar, and a plain slot read while tracing is resolved then (the graph itself
+    never reads it)."""
+
+    __slots__ = ("update",)
+
+    def __init__(self) -> None:
+        self.update: Optional[Update] = None
+
+
+traced = _Traced()
+
+
+def recorded() -> Optional[Update]:
+    """The recorded update the caller runs in, if any."""
+    if compiling():
+        return traced.update
+    return current.get()
 
 
 def active() -> bool:
@@ -74,12 +96,12 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
     integral = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 
     def _bincount(original: Callable, x: Any, minlength: Optional[int] = None) -> Any:
-        update = current.get()
+        update = recorded()
         if (update is None or type(minlength) is not int or minlength <= 0 or x.dtype not in integral
                 or x.dim() != 1):
             return original(x, minlength=minlength)
         vouched, update.vouch, update.counted = update.vouch, False, True
-        if x.device.type == "cpu" and x.numel():
+        if x.device.type == "cpu" and x.numel() and not compiling():
             try:  # in range: torch.bincount is the count (and deterministic on the CPU)
                 out = bincount(x, minlength=minlength)
             except RuntimeError:  # a negative value
