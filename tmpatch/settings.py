@@ -11,6 +11,10 @@ already applied. Initial values come from the environment
 * ``bincount``: how the ``bincount`` patch treats values outside
   ``[0, minlength)``: ``deferred`` (default: recorded on the device, reported at
   ``compute()``) or ``eager`` (the release's own ``_bincount``).
+* ``update_count``: how a compiled ``update()`` raises the metric's update count:
+  ``outside`` (default: run eagerly, one graph break, no recompile) or ``traced``
+  (no graph break, ``fullgraph=True`` works; torch.compile guards on the count: one
+  recompile where torch can treat it as dynamic, else one per step).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ log = logging.getLogger("tmpatch")
 CHOICES: Dict[str, Tuple[str, ...]] = {
     "nan_check": ("deferred", "eager", "off"),
     "bincount": ("deferred", "eager"),
+    "update_count": ("outside", "traced"),
 }
 
 NAN_CHECK_POLICIES = CHOICES["nan_check"]

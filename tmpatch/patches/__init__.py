@@ -28,6 +28,7 @@ NAMES = (
     "bincount",
     "logits_check",
     "gather_autograd",
+    "compiled_update",
 )
 
 _loaded: Dict[str, Patch] = {}
