@@ -1,5 +1,5 @@
-"""What patches need of ``torch.compile``: whether code is being traced, and calls left
-out of the graph.
+"""What patches need of ``torch.compile``: whether code is being traced, calls left out
+of the graph, and a context variable compiled code can use.
 
 A patch keeps the release's eager code path and switches to a traceable one only where
 the eager one cannot be compiled (a ``ContextVar``, an ``if`` on a device value): it
@@ -15,6 +15,7 @@ are made when it is imported, by a post-import hook armed with :func:`prepare`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import sys
 from typing import Any, Callable, List, Optional
@@ -81,6 +82,38 @@ class Outside:
         if eager is None:
             return self.fn(*args, **kwargs)
         return eager(*args, **kwargs)
+
+
+class ContextSlot:
+    """A ``contextvars.ContextVar`` that compiled code can use: ``get()``, ``set(value)``
+    (returns a token) and ``reset(token)``, as a ContextVar in eager code and as a plain
+    slot while torch.compile traces (dynamo cannot trace a ContextVar; the graph never
+    reads the slot: dynamo resolves it while tracing and writes the last value back).
+    A value set in compiled code is not seen by eager code running in the middle of it
+    (a frame dynamo gave up on), and is shared by threads while it is set."""
+
+    __slots__ = ("_var", "traced")
+
+    def __init__(self, name: str) -> None:
+        self._var: "contextvars.ContextVar[Any]" = contextvars.ContextVar(name, default=None)
+        self.traced: Any = None
+
+    def get(self) -> Any:
+        if compiling():
+            return self.traced
+        return self._var.get()
+
+    def set(self, value: Any) -> Any:
+        if compiling():
+            token, self.traced = (self.traced,), value  # a tuple: never a contextvars.Token
+            return token
+        return self._var.set(value)
+
+    def reset(self, token: Any) -> None:
+        if type(token) is tuple:
+            self.traced = token[0]
+        else:
+            self._var.reset(token)
 
 
 def _bind_torch() -> None:

@@ -7,12 +7,11 @@ and invalid positions in place but out of every count, and ``_bincount`` counts 
 """
 from __future__ import annotations
 
-import contextvars
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple
 
 from tmpatch import deferred, settings
-from tmpatch.compiled import compiling
+from tmpatch.compiled import ContextSlot, compiling
 
 MESSAGE = (
     "tmpatch bincount: {count} value(s) seen by update() since the last compute() of {name} were not valid "
@@ -53,28 +52,12 @@ class Update:
         RECORD.add(self.metric, mask.sum())
 
 
-#: the recorded update running in this thread / task, if any (eager code)
-current: "contextvars.ContextVar[Optional[Update]]" = contextvars.ContextVar("tmpatch_bincount", default=None)
-
-
-class _Traced:
-    """The recorded update of the code torch.compile is tracing: dynamo cannot trace a
-    ContextVar, and a plain slot read while tracing is resolved then (the graph itself
-    never reads it)."""
-
-    __slots__ = ("update",)
-
-    def __init__(self) -> None:
-        self.update: Optional[Update] = None
-
-
-traced = _Traced()
+#: the recorded update running in this thread / task, if any (a ContextVar; a plain slot in compiled code)
+current = ContextSlot("tmpatch_bincount")
 
 
 def recorded() -> Optional[Update]:
     """The recorded update the caller runs in, if any."""
-    if compiling():
-        return traced.update
     return current.get()
 
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable
 
-from tmpatch.compiled import compiling
-from tmpatch.patches.bincount.counting import RECORD, Update, active, current, traced
+from tmpatch.patches.bincount.counting import RECORD, Update, active, current
 
 
 def _builder(binned_only: bool) -> Callable[[ModuleType], Callable[..., Any]]:
@@ -24,12 +23,6 @@ def _builder(binned_only: bool) -> Callable[[ModuleType], Callable[..., Any]]:
         def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
             if not active() or not recorded(self) or (binned_only and getattr(self, "thresholds", None) is None):
                 return original(self, *args, **kwargs)
-            if compiling():  # torch.compile: a plain slot (dynamo cannot trace a ContextVar)
-                outer, traced.update = traced.update, Update(self)
-                try:
-                    return original(self, *args, **kwargs)
-                finally:
-                    traced.update = outer
             token = current.set(Update(self))
             try:
                 return original(self, *args, **kwargs)
