@@ -11,14 +11,14 @@ import logging
 import sys
 import types
 import warnings
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
 from tmpatch import settings
 from tmpatch.engine import Engine, PatchError
 from tmpatch.fingerprint import FingerprintError, fingerprint
 from tmpatch import spec
-from tmpatch import rewrite
+from tmpatch import compiled, rewrite
 from tmpatch.spec import Patch, Rewrite, Target, Variant
 from tmpatch.report import PatchStatus, Report, State
 
@@ -196,6 +196,8 @@ def _install(patch: Patch, sweep: bool) -> None:
             for target in done:
                 _take(target, patch)
             state, reason = State.FAILED, f"{type(exc).__name__}: {exc}; original left in place"
+    if state == State.APPLIED:
+        compiled.prepare(_engine.arm)  # what the patches' compiled paths need of torch (once; cheap after)
     if state == State.APPLIED and patch.after_apply is not None:
         patch.after_apply()
     if state == State.APPLIED:
@@ -361,13 +363,6 @@ def get_original(obj: object) -> object:
     if layer is not None and layer.wrapper is obj:
         return layer.original
     return obj
-
-
-def arm(module_name: str, callback: Callable[[types.ModuleType], None]) -> None:
-    """Run ``callback(module)`` once ``module_name`` is imported (for patches' helpers;
-    disarmed by ``revert()``)."""
-    with _engine.lock:
-        _engine.arm(module_name, callback)
 
 
 def patch_names() -> Sequence[str]:

@@ -32,11 +32,12 @@ def _never() -> bool:
 class _State:
     """Bound once torch (and, for some pieces, torch._dynamo) is loaded."""
 
-    __slots__ = ("is_compiling", "dynamic_ints")
+    __slots__ = ("is_compiling", "dynamic_ints", "dynamo_bound")
 
     def __init__(self) -> None:
         self.is_compiling: Callable[[], bool] = _never
         self.dynamic_ints: Callable[[], Any] = contextlib.nullcontext
+        self.dynamo_bound = False
 
 
 _state = _State()
@@ -135,13 +136,16 @@ def on_dynamo(module: Any) -> None:
         _state.dynamic_ints = lambda: patch(allow_unspec_int_on_nn_module=True)
     for outside in _outsides:
         outside._bind(module)
+    _state.dynamo_bound = True
 
 
 def prepare(arm: Callable[[str, Callable[[Any], None]], None]) -> None:
     """Bind torch's check now, and the rest once ``torch._dynamo`` is imported
-    (``arm(module_name, callback)``: the engine's post-import hook)."""
-    _bind_torch()
+    (``arm(module_name, callback)``: the engine's post-import hook). Idempotent."""
+    if _state.is_compiling is _never:
+        _bind_torch()
     if DYNAMO in sys.modules:
-        on_dynamo(sys.modules[DYNAMO])
+        if not _state.dynamo_bound:
+            on_dynamo(sys.modules[DYNAMO])
     else:
         arm(DYNAMO, on_dynamo)

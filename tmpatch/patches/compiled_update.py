@@ -89,8 +89,7 @@ NORMALIZE = Rewrite(
 
 
 def _after_apply() -> None:
-    """Fill ``_XLA_AVAILABLE``'s lazy cache (one package lookup, as the first ``_bincount``
-    does) and bind what :mod:`tmpatch.compiled` needs of torch."""
+    """Fill ``_XLA_AVAILABLE``'s lazy cache (one package lookup, as the first ``_bincount`` does)."""
     data = sys.modules.get("torchmetrics.utilities.data")
     flag = getattr(data, "_XLA_AVAILABLE", None)
     if flag is not None and not isinstance(flag, bool):
@@ -98,9 +97,6 @@ def _after_apply() -> None:
             bool(flag)
         except Exception:  # noqa: BLE001 - the release's own lookup; it will run (and fail) as before
             pass
-    from tmpatch import api
-
-    compiled.prepare(api.arm)
 
 
 PATCH = Patch(
