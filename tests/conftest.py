@@ -13,6 +13,35 @@ import tmpatch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+#: a factor on every hypothesis test's example count (``TMPATCH_TEST_EXAMPLES``; the matrix
+#: gives its anchor releases the full count and the releases between them a fifth)
+EXAMPLES = float(os.environ.get("TMPATCH_TEST_EXAMPLES", "1") or 1)
+
+
+def examples(count: int) -> int:
+    """``count`` hypothesis examples, scaled by ``TMPATCH_TEST_EXAMPLES`` (never below 3)."""
+    return max(3, round(count * EXAMPLES))
+
+
+def _matrix_repeat() -> bool:
+    """Whether this is a matrix run of a torch whose first release has run already."""
+    return bool(os.environ.get("TMPATCH_TEST_RELEASE")) and os.environ.get("TMPATCH_TEST_TORCH_FIRST") == "0"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "once: does not depend on the torchmetrics release; the matrix runs it with the first "
+                   "release of each torch only")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _matrix_repeat():
+        return
+    kept = [item for item in items if item.get_closest_marker("once") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("once")])
+        items[:] = kept
+
 
 def torchmetrics_release():
     """The release under test, as a ``packaging`` Version."""

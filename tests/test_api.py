@@ -84,8 +84,10 @@ def test_every_target_is_recognised_as_the_variant_for_this_release():
     for name in catalogue.NAMES:
         for target in catalogue.load(name).targets:
             if target.present is not None and not covers(target.present, version):
-                assert target.module not in sys.modules or not hasattr(sys.modules[target.module],
-                                                                         target.qualname.split(".")[0])
+                owner = sys.modules.get(target.module)  # absent: the module, a class, or the attribute itself
+                for part in target.qualname.split(".")[:-1]:
+                    owner = vars(owner).get(part) if owner is not None else None
+                assert owner is None or target.qualname.split(".")[-1] not in vars(owner), target.path
                 continue
             obj = sys.modules[target.module]
             for part in target.qualname.split("."):
@@ -326,3 +328,114 @@ def test_the_reason_names_the_releases_every_target_shares():
     assert _common(found("1.0.0-1.5.2", "1.4.0-1.6.1", "1.3.0.post0-1.9.0")) == "1.4.0-1.5.2"
     assert _common(found("1.6.0", "1.0.0-1.9.0")) == "1.6.0"
     assert _common(found("1.0.0-1.2.0", "1.4.0")) == "1.0.0-1.2.0, 1.4.0"  # no overlap: listed
+
+
+# -- issue #11 item 8: another tool's wrapper, mock.patch, revert, re-apply ----------------------
+def _bindings(module_name: str, name: str):
+    """The loaded torchmetrics modules binding ``name`` (the defining one first)."""
+    holders = [m for m in modules_binding(name) if m in sys.modules and name in vars(sys.modules[m])]
+    return [module_name] + [m for m in holders if m != module_name]
+
+
+def _ours(value) -> bool:
+    return tmpatch.is_patched(value)
+
+
+@pytest.mark.parametrize("module_name, name, patch", [
+    ("torchmetrics.utilities.data", "_bincount", "bincount"),
+    ("torchmetrics.utilities.compute", "_safe_divide", "safe_divide"),
+])
+def test_item8_a_foreign_wrapper_revert_and_apply_again_reach_every_binding(module_name, name, patch):
+    module = sys.modules[module_name]
+    original = vars(module)[name]
+    holders = _bindings(module_name, name)
+    assert len(holders) >= 3, holders
+    report = tmpatch.apply(patch)
+    if report[patch].state != "applied":
+        pytest.skip(f"{patch} is {report[patch].state} on this release")
+    wrapt.wrap_function_wrapper(module, name, lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs))
+    theirs = vars(module)[name]
+    try:
+        report = tmpatch.revert()
+        assert "wrapped on top of tmpatch" in report[patch].reason
+        assert all(vars(sys.modules[m])[name] is original for m in holders[1:])
+        report = tmpatch.apply(patch)
+        assert report[patch].state == "applied"
+        assert vars(module)[name] is theirs and _ours(theirs.__wrapped__)  # theirs on top, ours armed below
+        left = [m for m in holders[1:] if not _ours(vars(sys.modules[m])[name])]
+        assert left == [], f"{len(left)} of {len(holders) - 1} bindings not patched: {left}"
+        tmpatch.revert()
+        assert all(vars(sys.modules[m])[name] is original for m in holders[1:])
+    finally:
+        tmpatch.revert()
+        setattr(module, name, original)
+
+
+def test_item8_a_mock_around_revert_is_shown_in_status_and_apply_rearms_every_binding():
+    from unittest import mock
+
+    from torchmetrics.utilities import data
+
+    original = data._bincount
+    holders = _bindings("torchmetrics.utilities.data", "_bincount")
+    assert tmpatch.apply("bincount")["bincount"].state == "applied"
+    wrapper = data._bincount
+    with mock.patch("torchmetrics.utilities.data._bincount"):
+        report = tmpatch.revert()
+        assert report["bincount"].reason == "originals restored"
+    assert data._bincount is wrapper and not tmpatch.is_patched(wrapper)  # the mock put back what it found
+    reason = tmpatch.status()["bincount"].reason
+    assert reason.startswith("originals restored; tmpatch's inactive wrapper is in ") and \
+        "torchmetrics.utilities.data._bincount" in reason, reason
+    assert all(vars(sys.modules[m])["_bincount"] is original for m in holders[1:])
+    assert tmpatch.apply("bincount")["bincount"].state == "applied"
+    assert all(vars(sys.modules[m])["_bincount"] is wrapper for m in holders), holders
+    assert tmpatch.is_patched(wrapper)
+    report = tmpatch.revert()
+    assert report["bincount"].reason == "originals restored"
+    assert all(vars(sys.modules[m])["_bincount"] is original for m in holders)
+
+
+def test_two_patches_wrapping_one_target_are_joined_and_taken_off_one_at_a_time():
+    """deferred_reports and coalesced_sync both wrap MetricCollection.compute: one layer runs
+    both (the first in catalogue order outermost), and reverting one leaves the other's."""
+    from torchmetrics import MetricCollection
+
+    original = vars(MetricCollection)["compute"]
+    calls = []
+    patches = {name: catalogue.load(name) for name in ("deferred_reports", "coalesced_sync")}
+    saved = {}
+    for name, patch in patches.items():
+        target = next(t for t in patch.targets if t.qualname == "MetricCollection.compute")
+
+        def build(module, name=name):
+            def compute(release, self, *args, **kwargs):
+                calls.append(name)
+                return release(self, *args, **kwargs)
+
+            return compute
+
+        saved[name] = (target, target.variants)
+        object.__setattr__(target, "variants", tuple(Variant(v.releases, v.fingerprint, build) for v in target.variants))
+    try:
+        report = tmpatch.apply(list(patches))
+        assert {n: report[n].state for n in patches} == {n: "applied" for n in patches}
+        collection = MetricCollection([torchmetrics.MeanMetric()])
+        collection.update(torch_tensor())
+        collection.compute()
+        assert calls == ["deferred_reports", "coalesced_sync"]
+        calls.clear()
+        tmpatch.revert(["deferred_reports"])
+        collection.compute()
+        assert calls == ["coalesced_sync"]
+        tmpatch.revert()
+        assert vars(MetricCollection)["compute"] is original
+    finally:
+        for target, variants in saved.values():
+            object.__setattr__(target, "variants", variants)
+
+
+def torch_tensor():
+    import torch
+
+    return torch.tensor([1.0, 2.0])

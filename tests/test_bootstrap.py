@@ -103,8 +103,8 @@ def test_without_the_variable_the_pth_line_imports_nothing():
 
 
 def test_the_bootstrap_imports_nothing_beyond_tmpatch_itself():
-    """Start-up cost: arming adds tmpatch.bootstrap and tmpatch.env to what
-    ``import tmpatch`` costs (benchmarks/startup.py measures it)."""
+    """Start-up cost: arming adds tmpatch.bootstrap, tmpatch.env and the settings
+    table to what ``import tmpatch`` costs (benchmarks/startup.py measures it)."""
     proc = ok(child("""
         import sys
         import tmpatch
@@ -114,7 +114,8 @@ def test_the_bootstrap_imports_nothing_beyond_tmpatch_itself():
     """, env={"TMPATCH": "1"}))
     # os and its helpers are loaded by ``site`` in every normal start-up (the child runs without it)
     stdlib_of_site = {"os", "os.path", "posixpath", "genericpath", "stat", "_stat", "_collections_abc"}
-    assert set(proc.stdout.split()) <= {"tmpatch.bootstrap", "tmpatch.env", "_thread"} | stdlib_of_site, proc.stdout
+    allowed = {"tmpatch.bootstrap", "tmpatch.env", "tmpatch.settings", "_thread"} | stdlib_of_site
+    assert set(proc.stdout.split()) <= allowed, proc.stdout
 
 
 def test_pth_route_is_lazy_then_patches_the_real_release():
@@ -201,9 +202,46 @@ def test_bad_values_one_warning_each_and_the_rest_applies(fake_tm):
     assert len(lines) == 3, proc.stderr
     strict = [line for line in lines if "TMPATCH_STRICT='perhaps'" in line]
     names = [line for line in lines if "'bogus'" in line]
-    unknown = [line for line in lines if "TMPATCH_EXLUDE (did you mean TMPATCH_EXCLUDE?)" in line]
+    unknown = [line for line in lines if "TMPATCH_EXLUDE is not a tmpatch variable" in line
+               and "did you mean TMPATCH_EXCLUDE?" in line]
     assert len(strict) == len(names) == len(unknown) == 1
     assert all(name in names[0] for name in NAMES)
+
+
+@pytest.mark.parametrize("route", ["pth", "sitecustomize"])
+def test_policy_variables_are_checked_at_start_up_and_said_once(fake_tm, route):
+    """TMPATCH_NAN_CHECK/TMPATCH_BINCOUNT: a bad value or a misspelt name is one
+    line at start-up, not repeated by apply(); a good value is the policy."""
+    start = "exec(PTH_LINE)" if route == "pth" else "import sitecustomize"
+    proc = ok(child(f"""
+        {start}
+        import sys
+        sys.stderr.write("STARTED\\n")
+        import torchmetrics, tmpatch
+        tmpatch.apply()
+        from tmpatch import settings
+        print(settings.policy["nan_check"], settings.policy["bincount"])
+    """, env={"TMPATCH": "1", "TMPATCH_NAN_CHECK": "Eager", "TMPATCH_BINCOUNT": "",
+              "TMPATCH_NANCHECK": "off"}, path=[BOOT, fake_tm] if route == "sitecustomize" else [fake_tm]))
+    assert proc.stdout.split() == ["eager", "deferred"]
+    lines = stderr_lines(proc)
+    assert lines[-1] == "STARTED", proc.stderr  # everything said at start-up, nothing after
+    assert len(lines) == 3, proc.stderr
+    assert any(line.startswith("tmpatch: TMPATCH_BINCOUNT='' is empty; use one of deferred, eager") for line in lines)
+    assert any(line.startswith("tmpatch: TMPATCH_NANCHECK is not a tmpatch variable, ignored; did you mean "
+                               "TMPATCH_NAN_CHECK?") for line in lines)
+
+
+def test_an_empty_patches_list_applies_no_patch(fake_tm):
+    proc = ok(child("""
+        import json
+        exec(PTH_LINE)
+        import torchmetrics, tmpatch
+        print(json.dumps(tmpatch.status().states()))
+    """, env={"TMPATCH": "1", "TMPATCH_PATCHES": ",,"}, path=[fake_tm]))
+    assert set(json.loads(proc.stdout).values()) == {"excluded"}
+    lines = stderr_lines(proc)
+    assert len(lines) == 1 and "TMPATCH_PATCHES=',,' names no patch" in lines[0], proc.stderr
 
 
 def _broken_tmpatch(tmp_path) -> str:

@@ -1,8 +1,10 @@
 """The ``tmpatch`` command: status, run, audit, help (in-process where possible)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -11,7 +13,8 @@ import types
 import pytest
 
 import tmpatch
-from tmpatch import cli
+from tmpatch import cli, settings
+from tmpatch import patches as catalogue
 from tmpatch.bootstrap import DIRECTORY as BOOT
 from tmpatch.patches import NAMES
 from tmpatch.report import State
@@ -64,6 +67,70 @@ def test_status_takes_its_defaults_from_the_environment(capsys, monkeypatch):
     assert states["safe_divide"] == State.EXCLUDED
 
 
+def test_status_fits_120_columns_and_says_where_targets_are_whole(capsys):
+    cli.main(["status"])
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 120, out
+    for row in tmpatch.status():
+        assert row.reason.split()[0] in out
+    if any(len(row.target) > 60 for row in tmpatch.status()):
+        assert "(+" in out and "tmpatch status -v" in out  # a clipped multi-target cell says how many more
+
+
+@pytest.mark.parametrize("flag", ["-v", "--wide", "--verbose"])
+def test_status_verbose_shows_each_patch_whole(capsys, flag):
+    code = cli.main(["status", flag])
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    assert out.startswith(f"torchmetrics {torchmetrics.__version__}\n")
+    for row in tmpatch.status():
+        patch = catalogue.load(row.name)
+        assert f"\n{row.name}: {row.state}\n" in out
+        for target in patch.targets:  # every target, whole, on a line of its own
+            assert re.search(rf"^ +(targets? +)?{re.escape(target.path)}$", out, re.M), target.path
+        for text in (row.reason, patch.summary, patch.upstream):
+            assert " ".join(text.split()) in flat
+    assert all(len(line) <= 120 for line in out.splitlines() if "torchmetrics." not in line)
+    assert "policies: nan_check=deferred, bincount=deferred" in out
+    assert code in (0, 1)
+
+
+def test_status_verbose_leaves_empty_fields_out_and_shows_the_others(capsys, monkeypatch):
+    patch = catalogue.load("safe_divide")
+    monkeypatch.setattr(catalogue, "_loaded", dict(catalogue._loaded, safe_divide=dataclasses.replace(
+        patch, changes="the zero-division result is 0, not num (1.0-1.3)", upstream="")))
+    cli.main(["status", "-v", "--patches", "safe_divide,cumsum_device"])
+    blocks = {block.split(":")[0]: block for block in capsys.readouterr().out.split("\n\n")[1:]}
+    assert "  changes   the zero-division result is 0, not num (1.0-1.3)" in blocks["safe_divide"]
+    assert "  upstream  " not in blocks["safe_divide"]
+    assert "changes" not in blocks["cumsum_device"] and "  upstream  #2608" in blocks["cumsum_device"]
+    assert "  defect    " in blocks["mean_default_weight"]  # excluded rows are described too
+
+
+def test_status_json_verbose_adds_the_patch_fields(capsys):
+    cli.main(["status", "--json", "--wide"])
+    rows = json.loads(capsys.readouterr().out)
+    for row in rows:
+        patch = catalogue.load(row["name"])
+        assert row["targets"] == [target.path for target in patch.targets]
+        assert (row["summary"], row["upstream"], row["changes"]) == (patch.summary, patch.upstream, patch.changes)
+        assert set(row) == {"name", "target", "state", "reason", "release", "targets", "summary", "upstream",
+                            "changes", "requires", "known"}
+
+
+def test_status_reports_bad_variables_once_on_stderr(capsys, monkeypatch):
+    monkeypatch.setattr(settings, "_announced", set())
+    monkeypatch.setenv("TMPATCH_PATCHES", ",,")
+    monkeypatch.setenv("TMPATCH_NANCHECK", "off")
+    cli.main(["status", "--json"])
+    captured = capsys.readouterr()
+    assert set(row["state"] for row in json.loads(captured.out)) == {State.EXCLUDED}  # ",," is none, not all
+    lines = captured.err.splitlines()
+    assert len(lines) == 2, captured.err
+    assert lines[0].startswith("tmpatch: TMPATCH_PATCHES=',,' names no patch")
+    assert "did you mean TMPATCH_NAN_CHECK?" in lines[1]
+
+
 @pytest.mark.parametrize("argv", [
     ["status", "--patches", "safe_divid"],
     ["run", "--exclude", "nope", "--", "true"],
@@ -82,8 +149,10 @@ def test_help_explains_commands_environment_and_exit_codes(capsys):
         cli.main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for text in ("status", "run", "audit", "TMPATCH=1", "TMPATCH_PATCHES", "TMPATCH_EXCLUDE",
-                 "TMPATCH_STRICT", "TMPATCH_LOG_LEVEL", "exit status", "usage error", "tmpatch run -- python"):
+    for text in ("status", "run", "audit", "TMPATCH=1", "TMPATCH_PATCHES=NAMES", "TMPATCH_EXCLUDE",
+                 "TMPATCH_STRICT", "TMPATCH_LOG_LEVEL", "TMPATCH_NAN_CHECK=deferred|eager|off",
+                 "TMPATCH_BINCOUNT=deferred|eager", "exit status", "usage error", "tmpatch run -- python",
+                 "tmpatch status -v"):
         assert text in out, text
 
 
@@ -104,6 +173,17 @@ def test_run_environment_prepends_the_bootstrap_directory_once():
     assert environ["TMPATCH_PATCHES"] == "safe_divide" and environ["TMPATCH_STRICT"] == "1"
     assert environ["TMPATCH_EXCLUDE"] == "x"  # companions already set are kept
     assert os.path.isfile(os.path.join(BOOT, "sitecustomize.py"))
+
+
+def test_run_has_an_option_per_setting(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(os, "execvpe", lambda file, argv, environ: seen.update(environ) or 0)
+    monkeypatch.setattr(os, "name", "posix")
+    cli.main(["run", "--nan-check", "eager", "--bincount", "eager", "--strict", "--log-level", "info",
+              "--exclude", "gather_autograd", "--", "true"])
+    assert {k: v for k, v in seen.items() if k.startswith("TMPATCH")} == {
+        "TMPATCH": "1", "TMPATCH_NAN_CHECK": "eager", "TMPATCH_BINCOUNT": "eager", "TMPATCH_STRICT": "1",
+        "TMPATCH_LOG_LEVEL": "info", "TMPATCH_EXCLUDE": "gather_autograd"}
 
 
 def test_run_execs_the_command_with_the_environment_and_its_exit_code():

@@ -10,6 +10,9 @@ import torch
 from tmpatch import compiled
 from tmpatch.engine import Engine
 
+#: nothing here depends on the torchmetrics release: the matrix runs it with each torch's first
+pytestmark = pytest.mark.once
+
 dynamo = pytest.importorskip("torch._dynamo")
 from torch._dynamo.utils import counters  # noqa: E402
 

@@ -223,3 +223,88 @@ def test_a_batch_shares_one_sweep_and_sees_modules_imported_meanwhile(toy, monke
         assert late.target is layer.wrapper and user.call_kw.__kwdefaults__["fn"] is layer.wrapper
     engine.remove(("toypkg.core", "target"), scope="toypkg")  # outside a batch: the plain sweep
     assert late.target is original and user.call_kw.__kwdefaults__["fn"] is original
+
+
+# -- issue #11 item 8: another tool's layer, mock.patch, re-apply -------------------------------
+def _places(core, user, late=None):
+    """What every binding of ``target`` holds: the defining module, an importer, its defaults."""
+    held = {"core": core.target, "user": user.target, "call": user.call.__defaults__[0],
+            "call_kw": user.call_kw.__kwdefaults__["fn"], "run": user.Runner.run.__defaults__[0]}
+    if late is not None:
+        held["late"] = late.target
+    return held
+
+
+def test_reinstall_after_a_strangers_layer_and_a_removal_rebinds_every_place(toy):
+    """install, another tool wraps the defining module's binding, remove (ours stays under
+    theirs as a pass-through; every other place gets the original), install again: every
+    place calls the replacement again, the defining one through the stranger's layer."""
+    import toypkg.core as core
+    import toypkg.user as user
+
+    original = core.target
+    engine = Engine()
+    layer = engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+    wrapt.wrap_function_wrapper(core, "target", lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs) * 100)
+    theirs = core.target
+    assert "wrapped on top of tmpatch" in engine.remove(("toypkg.core", "target"), scope="toypkg")
+    assert {k: v for k, v in _places(core, user).items() if k != "core"} == dict.fromkeys(
+        ["user", "call", "call_kw", "run"], original)
+    late = importlib.import_module("toypkg.late")  # imported while reverted: binds the stranger's layer
+    engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
+    held = _places(core, user, late)
+    assert held.pop("core") is theirs and held.pop("late") is theirs and theirs.__wrapped__ is layer.wrapper
+    assert all(value is layer.wrapper for value in held.values()), held
+    assert core.target(2) == 500 and user.call(2) == 5 and late.target(2) == 500
+    engine.remove(("toypkg.core", "target"), scope="toypkg")
+    held = _places(core, user, late)
+    assert held.pop("core") is theirs and held.pop("late") is theirs
+    assert all(value is original for value in held.values()), held
+    assert core.target(2) == 400 and user.call(2) == 4
+
+
+def test_a_mock_that_puts_the_wrapper_back_after_a_removal_is_seen_and_reinstall_rearms(toy):
+    """install, mock.patch the defining module's binding, remove inside the mock, leave it:
+    the mock puts back what it found (tmpatch's wrapper, now inactive): lingering() names
+    that place. A later install re-arms it and rebinds every other place."""
+    from unittest import mock
+
+    import toypkg.core as core
+    import toypkg.user as user
+
+    original = core.target
+    engine = Engine()
+    key = ("toypkg.core", "target")
+    layer = engine.install(key, _add_one, method=False, scope="toypkg", sweep=True)
+    with mock.patch("toypkg.core.target", lambda x: -x):
+        engine.remove(key, scope="toypkg")
+        assert engine.lingering(key) == []
+        assert user.target is original and user.call.__defaults__[0] is original
+    assert core.target is layer.wrapper and not layer.active
+    assert core.target(2) == 4  # inactive: passes through
+    assert engine.lingering(key) == ["toypkg.core.target"]
+    engine.install(key, _add_one, method=False, scope="toypkg", sweep=True)
+    assert engine.lingering(key) == []
+    assert all(value is layer.wrapper for value in _places(core, user).values())
+    engine.remove(key, scope="toypkg")
+    assert all(value is original for value in _places(core, user).values())
+    assert engine.lingering(key) == []
+
+
+def test_a_mock_of_an_importers_binding_is_left_to_the_mock(toy):
+    from unittest import mock
+
+    import toypkg.core as core
+    import toypkg.user as user
+
+    original = core.target
+    engine = Engine()
+    key = ("toypkg.core", "target")
+    layer = engine.install(key, _add_one, method=False, scope="toypkg", sweep=True)
+    with mock.patch("toypkg.user.target", lambda x: -x):
+        engine.remove(key, scope="toypkg")
+        engine.install(key, _add_one, method=False, scope="toypkg", sweep=True)
+        assert user.target(2) == -2  # the mock's, as long as it is in place
+    assert user.target is layer.wrapper and user.target(2) == 5  # what the mock found: ours, active
+    engine.remove(key, scope="toypkg")
+    assert user.target is original and core.target is original

@@ -29,3 +29,40 @@ def test_every_variant_has_a_release_in_the_matrix():
                 if not any(variant.releases.contains(r, prereleases=True) for r in releases):
                     missing.append(f"{name}: {target.path} {describe(variant.releases)}")
     assert not missing, "add a release of each to tools/matrix.py RELEASES:\n" + "\n".join(missing)
+
+
+def _matrix_module():
+    spec = importlib.util.spec_from_file_location("tmpatch_tools_matrix", os.path.join(ROOT, "tools", "matrix.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_plan_runs_every_supported_torch_with_releases_of_the_matrix():
+    from tmpatch.audit.support import MIN_TORCH, TESTED_TORCH
+
+    matrix = _matrix_module()
+    assert matrix.PLAN[matrix.CURRENT] == matrix.RELEASES  # the newest torch: every release
+    older = [t for t in matrix.PLAN if t != matrix.CURRENT]
+    assert sorted(older + ["2.13.0"]) == sorted(TESTED_TORCH)
+    assert any(t.startswith(MIN_TORCH + ".") for t in older)
+    assert all(set(matrix.PLAN[t]) <= set(matrix.RELEASES) for t in older)
+
+
+def test_venv_requirements_come_from_setup_cfg():
+    matrix = _matrix_module()
+    old, new = matrix.requirements("2.1.2"), matrix.requirements("2.5.1")
+    assert "numpy<2" in old and "numpy" in new and "numpy<2" not in new
+    for reqs in (old, new):
+        assert not [r for r in reqs if r.startswith("torch")]
+        assert {"pytest", "hypothesis", "packaging", "lightning-utilities"} <= set(reqs)
+
+
+def test_no_tests_collected_is_a_failure(monkeypatch, capsys):
+    matrix = _matrix_module()
+    monkeypatch.setattr(matrix, "install", lambda release, folder: None)
+    monkeypatch.setattr(matrix, "_torch_of", lambda python: "x")
+    monkeypatch.setattr(matrix, "run", lambda python, release, folder, args, first=False: (5 if release == "1.4.0" else 0, 0.0,
+                                                                              "no tests ran"))
+    assert matrix.main(["-r", "1.4.0", "-r", "1.9.0"]) == 1
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == "matrix: 1 passed, 1 failed"

@@ -2,6 +2,7 @@
 marker, no_sync; after each run nothing of tmpatch is left behind."""
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -79,7 +80,7 @@ def test_whole_run(run, how):
     else:
         result = run(source, ini="[pytest]\ntmpatch = true\n")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"tmpatch (whole run, torchmetrics {torchmetrics.__version__}): safe_divide *"])
+    result.stdout.fnmatch_lines([f"tmpatch (whole run, torchmetrics {torchmetrics.__version__}): deferred_reports *"])
 
 
 def test_whole_run_with_a_selection(run):
@@ -87,11 +88,131 @@ def test_whole_run_with_a_selection(run):
     result.assert_outcomes(passed=1)
 
 
+HEADER_TEST = """
+import tmpatch
+
+def test_states():
+    print("SEEN", ", ".join(f"{row.name} {row.state}" for row in tmpatch.status()))
+"""
+
+
+def test_the_header_shows_what_applies(pytester, pytestconfig, monkeypatch):
+    """Not ``pending`` for every patch while the tests see ``applied``: in a
+    fresh process (torchmetrics not imported yet) the plugin imports it at
+    start, and the header has the states the tests see."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)))
+    pytester.makepyfile(test_inner=HEADER_TEST)
+    plugin = [] if pytestconfig.pluginmanager.has_plugin("tmpatch") else ["-p", "tmpatch.pytest_plugin"]
+    result = pytester.runpytest_subprocess(*plugin, "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                                           "--tmpatch", "-s", "--tmpatch-exclude=gather_autograd")
+    result.assert_outcomes(passed=1)
+    header = [line for line in result.outlines if line.startswith("tmpatch (whole run")]
+    seen = [line.split("SEEN ", 1)[1] for line in result.outlines if "SEEN " in line]
+    assert len(header) == 1 and len(seen) == 1, result.outlines
+    assert header[0].split(": ", 1)[1] == seen[0]
+    assert "pending" not in header[0] and "gather_autograd excluded" in header[0]
+
+
 def test_unknown_option_values_fail_the_run_with_a_usage_error(run):
     result = run("def test_never(): pass\n", "--tmpatch", "--tmpatch-exclude=safe_divide,nope")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--tmpatch-exclude: unknown patch name(s) 'nope'; valid names: "
                                  + ", ".join(NAMES) + "*"])
+
+
+EXACT_TESTS = """
+import pytest
+import tmpatch as api
+from tmpatch import settings
+from torchmetrics import aggregation
+from torchmetrics.utilities import data
+
+SESSION = {session}
+BUILT = aggregation.MeanMetric()  # built at collection: holds the update it finds then
+SEEN = {{}}
+
+def snapshot():
+    return api.status().states(), dict(settings.policy), vars(aggregation.MeanMetric)["update"], vars(data)["_bincount"]
+
+def test_0_record():
+    SEEN["before"] = snapshot()
+    if SESSION:
+        assert api.is_patched(vars(aggregation.MeanMetric)["update"])
+
+def active():
+    return {{name for name, state in api.status().states().items() if state in ("applied", "pending")}}
+
+@pytest.mark.tmpatch(patches=["nan_check"], nan_check="eager")
+def test_1_exactly_the_marker(tmpatch):
+    assert active() == {{"deferred_reports", "nan_check"}}  # nan_check requires deferred_reports
+    assert api.status()["bincount"].state == "excluded" and api.status()["mean_default_weight"].state == "excluded"
+    assert settings.policy["nan_check"] == "eager"
+
+def test_2_back():
+    check_back("nan_check")
+
+@pytest.mark.tmpatch(exclude=["bincount", "nan_check"], bincount="eager")
+def test_3_marker_excludes(tmpatch):
+    assert "bincount" not in active() and "nan_check" not in active() and "mean_default_weight" in active()
+    assert settings.policy["bincount"] == "eager"
+
+def test_4_back():
+    check_back("mean_default_weight")
+
+@pytest.mark.tmpatch(patches=[])
+def test_5_marker_none(tmpatch):
+    assert active() == set()
+
+def test_6_back():
+    check_back()
+
+def check_back(*applied_by_the_test):
+    states, policies, update, bincount = snapshot()
+    before = SEEN["before"]
+    assert (policies, update, bincount) == before[1:]  # the same objects: wrappers are reused
+    for name, state in states.items():
+        was = before[0][name]
+        if name in applied_by_the_test and not SESSION:
+            assert state == "reverted", (name, state)
+        elif was in ("off", "reverted"):  # not in effect: either word
+            assert state in ("off", "reverted"), (name, state, was)
+        else:
+            assert state == was, (name, state, was)
+    if SESSION:
+        assert api.is_patched(update)
+    assert BUILT(2.0).item() == 2.0
+"""
+
+
+@pytest.mark.parametrize("session", [False, True], ids=["fixture-only", "with---tmpatch"])
+def test_a_marker_gives_exactly_its_selection_and_the_state_comes_back(run, session):
+    result = run(EXACT_TESTS.format(session=session), *(["--tmpatch"] if session else []))
+    result.assert_outcomes(passed=7)
+
+
+def test_a_failing_strict_marker_restores_the_run(run, monkeypatch):
+    source = """
+import pytest
+import tmpatch as api
+from tmpatch import settings
+
+def test_0():
+    global BEFORE
+    BEFORE = (api.status(), dict(settings.policy))
+
+@pytest.mark.tmpatch(patches=["safe_divide"], strict=True, nan_check="off")
+def test_1(tmpatch):
+    pass
+
+def test_2():
+    assert (api.status(), dict(settings.policy)) == BEFORE
+"""
+    from torchmetrics.utilities import compute
+
+    monkeypatch.setattr(compute, "_safe_divide", lambda num, denom: num / denom)  # not a release's code
+    result = run(source, "--tmpatch")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*TmpatchError*safe_divide (mismatch*"])
 
 
 FIXTURE_TESTS = """
@@ -149,10 +270,11 @@ def test_fixture_and_marker_revert_only_what_they_applied(run, session):
     result.assert_outcomes(passed=5, errors=2)
     result.stdout.fnmatch_lines([
         "*ERROR at setup of test_6_bad_marker*",
-        "@pytest.mark.tmpatch(patches=...): unknown patch name(s) 'safe_divid'; valid names: "
-        + ", ".join(NAMES),
+        "@pytest.mark.tmpatch(patches=...): unknown patch name(s) 'safe_divid' (did you mean 'safe_divide'?); "
+        "valid names: " + ", ".join(NAMES),
         "*ERROR at setup of test_7_bad_keyword*",
-        "@pytest.mark.tmpatch: unknown keyword(s) pathces; valid: patches, exclude, strict",
+        "@pytest.mark.tmpatch: unknown keyword(s) pathces (did you mean patches?); valid: patches, exclude, "
+        "strict, nan_check, bincount, update_count",
     ])
     assert "During handling" not in result.stdout.str()
 
@@ -188,8 +310,11 @@ def test_no_sync_fails_the_test_on_a_sync_in_its_body(run):
 
 def torch_fake_mode():
     import torch
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    if hasattr(torch._C, "_get_dispatch_mode"):  # torch >= 2.2: the fake mode has its own slot
+        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    return next((m for m in _get_current_dispatch_mode_stack() if type(m).__name__ == "FakeTensorMode"), None)
 
 
 def test_no_sync_skips_when_the_audit_is_not_available(run, pytester):

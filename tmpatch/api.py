@@ -11,10 +11,10 @@ import logging
 import sys
 import types
 import warnings
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
-from tmpatch import settings
+from tmpatch import selection, settings
 from tmpatch.engine import Engine, PatchError
 from tmpatch.fingerprint import FingerprintError, fingerprint
 from tmpatch import spec
@@ -40,31 +40,6 @@ _rows: Dict[str, Tuple[str, str]] = {}  # name -> (state, reason)
 _held: Dict[Tuple[str, str], Dict[str, Variant]] = {}  # target key -> applied patch -> its variant
 _pending: Set[str] = set()
 _warned_missing = False
-
-
-def _names(value: Names, argument: str) -> Optional[List[str]]:
-    if value is None:
-        return None
-    items = [value] if isinstance(value, str) else list(value)
-    unknown = [item for item in items if item not in catalogue.NAMES]
-    if unknown:
-        raise ValueError(
-            f"tmpatch: unknown patch name(s) in {argument}: {', '.join(map(repr, unknown))}; "
-            f"valid names: {', '.join(catalogue.NAMES)}"
-        )
-    return items
-
-
-def _select(patches: Names, exclude: Names) -> Tuple[List[str], List[str]]:
-    """The patches to apply, in catalogue order, with the ones they require (unless
-    excluded), and the ones left out."""
-    chosen = _names(patches, "patches")
-    left_out = _names(exclude, "exclude") or []
-    picked = {name for name in catalogue.NAMES if (chosen is None or name in chosen) and name not in left_out}
-    needed = {need for name in picked for need in catalogue.load(name).requires}
-    selected = [name for name in catalogue.NAMES if name in picked or (name in needed and name not in left_out)]
-    excluded = [name for name in catalogue.NAMES if name not in selected]
-    return selected, excluded
 
 
 def _scope(target: Target) -> str:
@@ -116,6 +91,8 @@ def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
         if variant is None:
             return State.MISMATCH, f"code of {target.qualname} not recognised (fingerprint {code}); left alone", []
         found.append((target, variant))
+    if not found:
+        return State.NOT_NEEDED, f"nothing to repair: {release} has none of its targets ({patch.upstream})", found
     if all(variant.fixed for _, variant in found):
         return State.NOT_NEEDED, f"upstream fix present (code of {_common(found)})", found
     return State.APPLIED, f"code of {_common(found)} recognised", found
@@ -143,23 +120,39 @@ def _holders(key: Tuple[str, str]) -> Dict[str, Variant]:
     return {name: held[name] for name in catalogue.NAMES if name in held}
 
 
+def _around(wrapper: Callable[..., Any], inner: Optional[Callable[..., Any]]) -> Callable[..., Any]:
+    """``wrapper`` (a replacement) run around ``inner`` (a replacement, or the original itself)."""
+    if inner is None:
+        return wrapper
+
+    def joined(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        def within(*a: Any, **k: Any) -> Any:
+            return inner(original, *a, **k)
+
+        return wrapper(within, *args, **kwargs)
+
+    return joined
+
+
+def _joined(key: Tuple[str, str], module: Any, holders: Dict[str, Variant]) -> Callable[..., Any]:
+    """One replacement for every holder of ``key``: the edits applied together to the
+    original, then the wrappers around it, the first in catalogue order outermost."""
+    edits = [v.build for v in holders.values() if isinstance(v.build, Rewrite)]
+    inner = rewrite.replacement(_engine.original(key), module, edits) if edits else None
+    for variant in reversed([v for v in holders.values() if not isinstance(v.build, Rewrite)]):
+        assert variant.build is not None
+        inner = _around(variant.build(module), inner)
+    assert inner is not None
+    return inner
+
+
 def _put(target: Target, patch: Patch, variant: Variant, sweep: bool) -> None:
-    """Install ``patch``'s replacement for ``target``; edits of several patches are joined."""
+    """Install ``patch``'s replacement for ``target``, joined with those of the patches that
+    hold it already (edits applied together, wrappers around them)."""
     key = _key(target)
     module = sys.modules[target.module]
-    holders = _holders(key)
-    if isinstance(variant.build, Rewrite):
-        others = [v for name, v in holders.items() if name != patch.name]
-        if any(not isinstance(v.build, Rewrite) for v in others):
-            raise PatchError(f"{target.path} is patched by {', '.join(holders)}, which does not edit it")
-        joined = {**holders, patch.name: variant}
-        edits = [joined[name].build for name in catalogue.NAMES if name in joined]
-        replacement = rewrite.replacement(_engine.original(key), module, edits)
-    else:
-        if holders and patch.name not in holders:
-            raise PatchError(f"{target.path} is patched by {', '.join(holders)} already")
-        assert variant.build is not None
-        replacement = variant.build(module)
+    joined = {**_holders(key), patch.name: variant}
+    replacement = _joined(key, module, {name: joined[name] for name in catalogue.NAMES if name in joined})
     layer = _engine.layer(key)
     if layer is not None and layer.active:
         _engine.swap(key, replacement)
@@ -172,12 +165,11 @@ def _take(target: Target, patch: Patch) -> str:
     """Remove ``patch``'s part of ``target``: the layer goes with its last holder."""
     key = _key(target)
     held = _held.get(key, {})
-    held.pop(patch.name, None)
+    if held.pop(patch.name, None) is None:
+        return ""  # recognised only (a fixed variant), or never installed: nothing of this patch there
     rest = _holders(key)
     if rest:
-        module = sys.modules[target.module]
-        edits = [v.build for v in rest.values() if isinstance(v.build, Rewrite)]
-        _engine.swap(key, rewrite.replacement(_engine.original(key), module, edits))
+        _engine.swap(key, _joined(key, sys.modules[target.module], rest))
         return ""
     return _engine.remove(key, scope=_scope(target))
 
@@ -250,25 +242,22 @@ def _disarm_unused() -> None:
 
 
 # -- public API ---------------------------------------------------------------
-def apply(
-    patches: Names = None, *, exclude: Names = None, strict: bool = False,
-    nan_check: Optional[str] = None, bincount: Optional[str] = None,
-) -> Report:
+def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False, **policies: str) -> Report:
     """Apply tmpatch's patches (all, or the ``patches`` named, less ``exclude``).
 
     Idempotent and thread-safe: applying twice leaves one layer. Before
     torchmetrics is imported nothing is imported: the patches arm post-import
     hooks and take effect on import. A patch whose target is not recognised is
     left alone and its row says why; with ``strict=True`` that raises
-    :class:`TmpatchError` (the other patches stay applied). ``nan_check`` and
-    ``bincount`` set those patches' policies (:mod:`tmpatch.settings`; a bad
-    value is a ``ValueError`` naming the valid ones). Returns the report.
+    :class:`TmpatchError` (the other patches stay applied). ``policies``:
+    one keyword per run-time policy of :data:`tmpatch.settings.POLICIES`
+    (``nan_check="eager"``, ``bincount="eager"`` ...). Every argument is
+    checked before anything changes (``TypeError``/``ValueError`` naming the
+    valid ones). Returns the report.
     """
     global _warned_missing
-    for name, value in (("nan_check", nan_check), ("bincount", bincount)):
-        if value is not None:
-            settings.set_policy(name, value)
-    selected, excluded = _select(patches, exclude)
+    selected, excluded, chosen_policies = selection.check_apply(patches, exclude, strict, policies)
+    settings.policy.update(chosen_policies)
     with _engine.lock:
         if not catalogue.installed():
             message = "tmpatch: torchmetrics is not installed; the patches are armed in case it is imported later"
@@ -295,11 +284,9 @@ def apply(
                     _rows[name] = (State.PENDING, reason)
         report = status()
     if strict:
-        problems = [row for row in report if row.name in selected and row.state in State.PROBLEMS]
+        problems = report.problems(selected)
         if problems:
-            raise TmpatchError(
-                "tmpatch: could not apply " + "; ".join(f"{r.name} ({r.state}: {r.reason})" for r in problems)
-            )
+            raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
     return report
 
 
@@ -311,7 +298,7 @@ def revert(patches: Names = None) -> Report:
     never unwrapped: tmpatch's own layer then stays as a pass-through and the
     row's reason says so. ``apply()`` works again afterwards.
     """
-    chosen = _names(patches, "patches")
+    chosen = selection.names(patches, "tmpatch.revert(patches=...)")
     with _engine.lock, _engine.batch():
         for name in catalogue.NAMES:
             if chosen is not None and name not in chosen:

@@ -16,7 +16,7 @@ import sys
 import textwrap
 from typing import Optional, Sequence
 
-from tmpatch import env
+from tmpatch import env, settings
 
 DESCRIPTION = """\
 tmpatch repairs torchmetrics in place, at run time (host-device syncs, wrong
@@ -32,17 +32,20 @@ exit status:
 
 
 def _environment_help() -> str:
-    lines = ["environment (read at start-up by every Python process):",
-             f"  {'TMPATCH=1':<22}  switch tmpatch on in this process and its children",
-             f"  {'':<22}  (1/true/yes/on; 0/false/no/off or unset: off)"]
-    for setting in env.SETTINGS:
-        lines.append(f"  {setting.variable + '=...':<22}  {setting.doc}")
+    """Every variable of :data:`tmpatch.settings.SETTINGS`, with its form and help line."""
+    lines = ["environment (read at start-up by every Python process; tmpatch run sets them):"]
+    for setting in settings.SETTINGS:
+        lines.append(f"  {setting.variable}={setting.placeholder}")
+        lines += textwrap.wrap(setting.doc, 79, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    lines.append("  An empty or malformed value, or a misspelt TMPATCH_* name, is one warning each;")
+    lines.append("  the rest applies.")
     return "\n".join(lines)
 
 
 EXAMPLES = """\
 examples:
   tmpatch status                         what tmpatch does to the installed torchmetrics
+  tmpatch status -v                      the same, each patch whole: targets, defect, upstream issue
   tmpatch status --json                  the same, as JSON
   tmpatch run -- python train.py         run a program patched, children included
   tmpatch run --exclude gather_autograd -- torchrun --nproc_per_node=8 train.py
@@ -60,24 +63,27 @@ class UsageError(Exception):
 
 def _names(value: Optional[str], option: str) -> Optional[tuple]:
     """Parse and check ``--patches``/``--exclude`` (comma-separated)."""
-    if value is None:
-        return None
-    from tmpatch.patches import NAMES
+    from tmpatch import selection
 
-    names = env.parse_names(value) or ()
-    unknown = [name for name in names if name not in NAMES]
-    if unknown:
-        raise UsageError(
-            f"{option}: unknown patch name(s) {', '.join(map(repr, unknown))}; valid names: {', '.join(NAMES)}"
-        )
-    return names
+    try:
+        return selection.names(value, option)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _option(setting: "settings.Setting") -> str:
+    return "--" + setting.name.replace("_", "-")
 
 
 def _add_selection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--patches", metavar="NAMES",
-                        help="only these patches, comma-separated (default: all, or $TMPATCH_PATCHES)")
-    parser.add_argument("--exclude", metavar="NAMES",
-                        help="all patches but these, comma-separated (default: $TMPATCH_EXCLUDE)")
+    for name, what in (("patches", "only these patches, comma-separated (default: all"),
+                       ("exclude", "all patches but these, comma-separated (default: none")):
+        setting = settings.BY_NAME[name]
+        parser.add_argument(_option(setting), metavar="NAMES", help=f"{what}, or ${setting.variable})")
+
+
+def _run_settings_variables() -> list:
+    return [setting.variable for setting in settings.SETTINGS if setting.kind != settings.SWITCH]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="apply to the installed torchmetrics and show what happened to each patch",
         description=_fill(
             "Import torchmetrics, apply tmpatch in this process (nothing is changed on disk) and print one "
-            "row per patch: patch, state, release, target, reason.",
+            "row per patch: patch, state, release, target, reason (a table that fits 120 columns: long "
+            "targets are clipped). With -v (--wide), each patch whole: every target, the defect, the upstream "
+            "issue, what changes for the user, the releases it was written for, and the policies in effect.",
             "states: applied; not-needed (this release has the upstream fix); mismatch (code not recognised, "
             "left alone); unsupported (release outside the patch's range); excluded; failed.",
         ),
@@ -105,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_selection(status)
     status.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    status.add_argument("-v", "--verbose", "--wide", dest="wide", action="store_true",
+                        help="each patch whole: every target, the defect, the upstream issue, what changes "
+                             "for the user, the policies in effect")
 
     run = commands.add_parser(
         "run", formatter_class=formatter, usage="tmpatch run [OPTIONS] -- COMMAND [ARGS...]",
@@ -113,15 +124,17 @@ def build_parser() -> argparse.ArgumentParser:
             "Run COMMAND with TMPATCH=1 and tmpatch's bootstrap directory first on PYTHONPATH: every Python "
             "process it starts (DataLoader workers, torchrun ranks, subprocesses) applies tmpatch when it "
             "imports torchmetrics. An existing sitecustomize still runs. The options below set the companion "
-            "variables (TMPATCH_PATCHES, TMPATCH_EXCLUDE, TMPATCH_STRICT, TMPATCH_LOG_LEVEL); those already "
-            "in the environment are kept otherwise.",
+            f"variables ({', '.join(_run_settings_variables())}); those already in the environment are kept "
+            "otherwise.",
         ),
         epilog="exit status: the command's own; 127 command not found; 126 cannot run it; 2 usage error",
     )
     _add_selection(run)
-    run.add_argument("--strict", action="store_true",
-                     help="importing torchmetrics fails if a requested patch cannot be applied")
-    run.add_argument("--log-level", choices=env.LOG_LEVELS, help="tmpatch's log records to stderr from this level")
+    for setting in settings.SETTINGS:
+        if setting.kind == settings.FLAG:
+            run.add_argument(_option(setting), action="store_true", help=setting.doc)
+        elif setting.kind == settings.CHOICE:
+            run.add_argument(_option(setting), choices=setting.choices, help=setting.doc)
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]", help="the command to run")
 
     commands.add_parser(
@@ -132,27 +145,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # -- commands --------------------------------------------------------------
+def _say(message: str) -> None:
+    print(f"tmpatch: {message}", file=sys.stderr)
+
+
 def _status(args: argparse.Namespace) -> int:
     import tmpatch
-    from tmpatch.report import State
+    from tmpatch import selection
 
-    settings = env.read()
-    patches = _names(args.patches, "--patches") if args.patches is not None else settings.options.get("patches")
-    exclude = _names(args.exclude, "--exclude") if args.exclude is not None else settings.options.get("exclude")
+    patches = _names(args.patches, "--patches")
+    exclude = _names(args.exclude, "--exclude")
+    found = env.read(valid_names=selection.valid_names())
+    env.announce(found.problems, _say)
+    if args.patches is None:
+        patches = found.options.get("patches")
+    if args.exclude is None:
+        exclude = found.options.get("exclude")
     try:
         import torchmetrics  # noqa: F401 - the point of the command
     except Exception as exc:  # noqa: BLE001
         print(f"tmpatch status: cannot import torchmetrics ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 1
-    try:
-        report = tmpatch.apply(patches, exclude=exclude)
-    except ValueError as exc:  # unknown names from the environment
-        raise UsageError(str(exc)) from exc
+    report = tmpatch.apply(patches, exclude=exclude)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(report.to_dict(details=args.wide), indent=2))
+    elif args.wide:
+        print(report.details())
+        print("\npolicies: " + ", ".join(f"{name}={value}" for name, value in settings.policy.items()))
     else:
         print(report)
-    return 1 if any(row.state in State.PROBLEMS for row in report) else 0
+    return 1 if report.problems() else 0
 
 
 def run_environ(base: Optional[dict] = None, options: Optional[dict] = None) -> dict:
@@ -175,12 +197,12 @@ def _run(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("run: no command given; usage: tmpatch run [OPTIONS] -- COMMAND [ARGS...]")
-    options = {
-        "patches": _names(args.patches, "--patches"),
-        "exclude": _names(args.exclude, "--exclude"),
-        "strict": True if args.strict else None,
-        "log_level": args.log_level,
-    }
+    options = {"patches": _names(args.patches, "--patches"), "exclude": _names(args.exclude, "--exclude")}
+    for setting in settings.SETTINGS:
+        if setting.kind == settings.FLAG:
+            options[setting.name] = True if getattr(args, setting.name) else None
+        elif setting.kind == settings.CHOICE:
+            options[setting.name] = getattr(args, setting.name)
     environ = run_environ(options=options)
     sys.stdout.flush()
     sys.stderr.flush()

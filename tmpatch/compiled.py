@@ -52,7 +52,7 @@ def compiling() -> bool:
 def dynamic_ints() -> Any:
     """A context manager under which torch.compile treats integer attributes of modules as
     dynamic (a symbol, not a constant to guard on): its traceable config patch
-    ``allow_unspec_int_on_nn_module`` where torch has one (2.8+?), else nothing."""
+    ``allow_unspec_int_on_nn_module`` where torch has one (2.13 has, 2.5.1 has not), else nothing."""
     return _state.dynamic_ints()
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import sys
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -341,6 +342,9 @@ def settle(metric: Any) -> None:
             record.reporter(metric, found, all_ranks[key])
         except Exception as exc:  # noqa: BLE001 - an error report: raised after the warnings
             errors.append(exc)
+    if len(errors) > 1 and len(errors[0].args) == 1 and isinstance(errors[0].args[0], str):
+        # one raise per compute: the others ride in its message, not lost
+        errors[0].args = ("\n".join([errors[0].args[0]] + [f"Also: {exc}" for exc in errors[1:]]),)
     if errors:
         raise errors[0]
 
@@ -362,16 +366,38 @@ def detach(metric: Any, book: Book) -> None:
         current = book_of(metric)
         if current is None or current.stamp is None or not (current.counts or current.synced):
             states["update"] = inner  # nothing left to watch
-        elif getattr(metric, "_update_count", 0) < current.stamp:
+            return inner(*args, **kwargs)
+        count = getattr(metric, "_update_count", 0)
+        step = forward_step(1)
+        if step is not None:  # forward's own reset: the count it saved (and restores) is the user's
+            saved = step.f_locals.get("_update_count")
+            count = saved if isinstance(saved, int) else current.stamp
+        if count < current.stamp:
             current.counts, current.synced, current.stamp = {}, None, None  # reset() since revert()
             states["update"] = inner
         else:
-            current.stamp = getattr(metric, "_update_count", 0)
+            current.stamp = count
         return inner(*args, **kwargs)
 
     update._tmpatch_watch = True  # type: ignore[attr-defined]
     update.__wrapped__ = inner  # type: ignore[attr-defined]
     states["update"] = update
+
+
+#: the steps of torchmetrics' ``Metric.forward`` that reset, update and compute the metric for
+#: themselves (every release); ``_update_count`` is their local copy of the count they restore
+_FORWARD_STEPS = frozenset({"_forward_full_state_update", "_forward_reduce_state_update"})
+
+
+def forward_step(depth: int) -> Optional[Any]:
+    """The frame ``depth`` levels up when it is a step of torchmetrics' ``forward()``, else
+    None. Used after ``revert()``, when the forward layer is gone; forward's flags are not
+    read (a forward that raised leaves ``_should_unsync`` False)."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:
+        return None
+    return frame if frame.f_code.co_name in _FORWARD_STEPS else None
 
 
 def pending_books() -> List[Tuple[Any, Book]]:

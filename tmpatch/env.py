@@ -1,40 +1,57 @@
-"""The environment variables that switch tmpatch on in every Python process.
+"""The ``TMPATCH*`` environment variables, read in every Python process at start-up.
 
 ``TMPATCH=1`` turns tmpatch on (``1``/``true``/``yes``/``on``; ``0``/``false``/
-``no``/``off`` or empty leave it off). Companion variables mirror the keywords
-of :func:`tmpatch.apply` (table :data:`SETTINGS`)::
+``no``/``off`` or unset leave it off). The companion variables are the rows of
+:data:`tmpatch.settings.SETTINGS`; ``tmpatch --help`` lists them::
 
     TMPATCH_PATCHES=safe_divide,cumsum_device   only these patches
     TMPATCH_EXCLUDE=gather_autograd             all but these
     TMPATCH_STRICT=1                            a patch that cannot apply is an error
     TMPATCH_LOG_LEVEL=info                      tmpatch's log records to stderr
+    TMPATCH_NAN_CHECK=eager, TMPATCH_BINCOUNT=eager   run-time policies
 
 Values are only compared with fixed words and tmpatch's own patch names: none
-is imported, evaluated or executed. A value that is not understood, or a
-``TMPATCH_*`` variable that looks like a misspelt setting, is reported in
-:attr:`Settings.problems` (one message per variable, naming the valid choices)
-and ignored; the rest applies. Other ``TMPATCH_*`` variables (test tools')
-pass silently.
+is imported, evaluated or executed. A value that is empty or not understood,
+and a ``TMPATCH_*`` variable that looks like a misspelt one, are reported in
+:attr:`Settings.problems` (one message each, naming the valid form or the
+closest valid variable) and ignored; the rest applies. ``TMPATCH_PATCHES``
+naming no known patch applies none (as ``apply(patches=[])``). Other
+``TMPATCH_*`` variables (test tools') pass silently.
 
 This module runs at interpreter start-up (``tmpatch.pth``), so it imports
-nothing but :mod:`os` (and :mod:`difflib` when a variable looks misspelt). Adding a variable is one line in :data:`SETTINGS`.
+nothing but :mod:`os` and :mod:`tmpatch.settings` (and :mod:`difflib` when a
+variable looks misspelt).
 """
 from __future__ import annotations
 
 import os
 
+from tmpatch import settings as registry
+from tmpatch.settings import PREFIX, SETTINGS, TRUE_WORDS
+
 #: the switch
-SWITCH = "TMPATCH"
+SWITCH = PREFIX
 
-TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("0", "false", "no", "off", "")
+#: ``TMPATCH_*`` variables of the test suite (tools/matrix.py), never reported
+OTHER_VARIABLES = ("TMPATCH_TEST_RELEASE",)
 
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
-#: ``TMPATCH_*`` variables read elsewhere, never reported as unknown:
-#: ``TMPATCH_NAN_CHECK`` by :mod:`tmpatch.settings`, ``TMPATCH_TEST_RELEASE`` by
-#: the test suite (tools/matrix.py)
-OTHER_VARIABLES = ("TMPATCH_NAN_CHECK", "TMPATCH_BINCOUNT", "TMPATCH_TEST_RELEASE")
+class Problem(str):
+    """A message about one variable; ``variable`` is the one it is about (for a
+    misspelt name, the valid variable it resembles)."""
+
+    variable = ""
+
+    def __new__(cls, message: str, variable: str) -> "Problem":
+        self = super().__new__(cls, message)
+        self.variable = variable
+        return self
+
+
+def announce(problems, write) -> None:
+    """``write`` each problem not reported before in this process (the bootstrap,
+    the CLI and ``apply()`` may each come across the same variable)."""
+    registry.announce(problems, write)
 
 
 def is_on(value: str | None) -> bool:
@@ -42,129 +59,84 @@ def is_on(value: str | None) -> bool:
     return value is not None and value.strip().lower() in TRUE_WORDS
 
 
-# -- parsers: value -> parsed value, or ValueError naming the valid ones ----------
-def parse_flag(value: str) -> bool:
-    word = value.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise ValueError(f"use one of {', '.join(TRUE_WORDS)} or {', '.join(w for w in FALSE_WORDS if w)}")
-
-
-def parse_names(value: str) -> tuple[str, ...] | None:
-    """Comma- or space-separated names (checked against the catalogue later,
-    in :meth:`Settings.check_names`); empty means "not set"."""
-    names = tuple(part for part in value.replace(",", " ").split() if part)
-    return names or None
-
-
-def choice(*words: str):
-    """A parser accepting one of ``words`` (case-insensitive)."""
-
-    def parse(value: str) -> str:
-        word = value.strip().lower()
-        if word not in words:
-            raise ValueError(f"use one of {', '.join(words)}")
-        return word
-
-    return parse
-
-
-class Setting:
-    """A companion variable: its name, the keyword it sets, its parser, a help line."""
-
-    __slots__ = ("variable", "option", "parse", "doc", "api")
-
-    def __init__(self, variable: str, option: str, parse, doc: str, api: bool = True) -> None:
-        self.variable = variable
-        self.option = option
-        self.parse = parse
-        self.doc = doc
-        self.api = api  # a keyword of tmpatch.apply(); otherwise read by the bootstrap itself
-
-
-#: every companion variable (``api=False``: not a keyword of ``tmpatch.apply()``)
-SETTINGS = (
-    Setting("TMPATCH_PATCHES", "patches", parse_names, "apply only these patches (comma-separated)"),
-    Setting("TMPATCH_EXCLUDE", "exclude", parse_names, "apply all patches but these (comma-separated)"),
-    Setting("TMPATCH_STRICT", "strict", parse_flag, "importing torchmetrics fails if a patch cannot apply"),
-    Setting("TMPATCH_LOG_LEVEL", "log_level", choice(*LOG_LEVELS), "tmpatch's log to stderr from this level "
-            f"({'/'.join(LOG_LEVELS)})", api=False),
-)
-
-#: settings whose values are patch names
-NAME_OPTIONS = ("patches", "exclude")
-
-
 class Settings:
     """What the environment asks for.
 
     ``enabled``: ``TMPATCH`` is on. ``options``: keywords for
-    :func:`tmpatch.apply`. ``log_level``: ``None`` or a level name.
+    :func:`tmpatch.apply` (``patches``, ``exclude``, ``strict``).
+    ``log_level``: ``None`` or a level name. ``policies``: the policy values
+    set in the environment (:mod:`tmpatch.settings` reads them itself).
     ``problems``: one message per variable that was not understood.
     """
 
-    def __init__(self, enabled: bool, options: dict, log_level: str | None, problems: list) -> None:
+    def __init__(self, enabled: bool, options: dict, log_level: str | None, problems: list,
+                 policies: dict | None = None) -> None:
         self.enabled = enabled
         self.options = options
         self.log_level = log_level
         self.problems = problems
+        self.policies = policies or {}
 
     def check_names(self, valid) -> list:
         """Drop unknown patch names from the options; return (and record) one
         message per variable that named any."""
         found = []
-        for option in NAME_OPTIONS:
+        for option in ("patches", "exclude"):
             names = self.options.get(option)
             if not names:
                 continue
             unknown = [name for name in names if name not in valid]
             if unknown:
-                kept = tuple(name for name in names if name in valid)
+                from tmpatch.selection import unknown_names
+
+                kept = tuple(name for name in names if name not in unknown)
                 self.options[option] = kept
-                variable = _variable_of(option)
-                rest = f"using {', '.join(kept)}" if kept else "none left"
-                found.append(
-                    f"{variable}: unknown patch name(s) {', '.join(map(repr, unknown))} ignored ({rest}); "
-                    f"valid names: {', '.join(valid)}"
-                )
+                setting = registry.BY_NAME[option]
+                if kept:
+                    rest = f"using {','.join(kept)}"
+                else:
+                    rest = "no patch is applied" if option == "patches" else "nothing is excluded"
+                found.append(Problem(
+                    f"{setting.variable}: {unknown_names(unknown, valid)} ignored ({rest}); "
+                    f"valid names: {', '.join(valid)}", setting.variable))
         self.problems.extend(found)
         return found
 
     def __repr__(self) -> str:
-        return (f"Settings(enabled={self.enabled!r}, options={self.options!r}, "
-                f"log_level={self.log_level!r}, problems={self.problems!r})")
+        return (f"Settings(enabled={self.enabled!r}, options={self.options!r}, log_level={self.log_level!r}, "
+                f"policies={self.policies!r}, problems={list(self.problems)!r})")
 
 
-def _variable_of(option: str) -> str:
-    for setting in SETTINGS:
-        if setting.option == option:
-            return setting.variable
-    return option
-
-
-def known_variables() -> tuple[str, ...]:
-    return (SWITCH,) + tuple(setting.variable for setting in SETTINGS)
+def _word(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
 
 
 def _misspelt(environ) -> list:
-    """``TMPATCH_*`` variables that look like a misspelt setting, each with the
-    one it resembles (other tools' ``TMPATCH_*`` variables pass silently)."""
-    known = known_variables()
+    """One problem per ``TMPATCH_*`` variable that looks like a misspelt one,
+    naming the variable it resembles (other tools' variables pass silently)."""
+    known = registry.variables()
     unknown = sorted(name for name in environ
-                     if name.startswith(SWITCH + "_") and name not in known and name not in OTHER_VARIABLES)
+                     if name.upper().startswith(PREFIX) and name not in known and name not in OTHER_VARIABLES)
     if not unknown:
         return []
     import difflib  # only when there is something to look at
 
-    prefix = len(SWITCH) + 1
-    suffixes = [setting.variable[prefix:] for setting in SETTINGS]
+    def squeeze(name: str) -> str:
+        return name.upper().replace("-", "").replace("_", "")
+
+    squeezed = {squeeze(variable): variable for variable in known}
     found = []
     for name in unknown:
-        close = difflib.get_close_matches(name[prefix:], suffixes, n=1, cutoff=0.75)
-        if close:
-            found.append(f"{name} (did you mean {SWITCH}_{close[0]}?)")
+        guess = squeezed.get(squeeze(name))  # case, dashes, underscores: TMPATCH_NANCHECK
+        if guess is None:
+            close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8)
+            guess = close[0] if close else None
+        if guess is not None:
+            found.append(Problem(
+                f"{name} is not a tmpatch variable, ignored; did you mean {guess}? "
+                f"(tmpatch reads {', '.join(known)})", guess))
     return found
 
 
@@ -175,52 +147,56 @@ def read(environ=None, valid_names=None) -> Settings:
     is not imported here); see :meth:`Settings.check_names`.
     """
     environ = os.environ if environ is None else environ
-    problems = []
-    raw = environ.get(SWITCH)
-    enabled = is_on(raw)
-    if raw is not None and not enabled and raw.strip().lower() not in FALSE_WORDS:
-        problems.append(
-            f"{SWITCH}={raw!r} not understood, tmpatch stays off; use one of {', '.join(TRUE_WORDS)} "
-            f"to switch it on, or {', '.join(w for w in FALSE_WORDS if w)}"
-        )
+    problems: list = []
     options: dict = {}
+    policies: dict = {}
+    enabled = False
     log_level = None
     for setting in SETTINGS:
-        value = environ.get(setting.variable)
-        if value is None:
+        raw = environ.get(setting.variable)
+        if raw is None:
+            continue
+        if setting.kind == registry.SWITCH:
+            if not raw.strip():  # TMPATCH= : off, as the .pth line reads it
+                continue
+            try:
+                enabled = bool(setting.parse(raw))
+            except ValueError:
+                problems.append(Problem(f"{setting.variable}={raw!r} not understood, tmpatch stays off; use one of "
+                                        f"{', '.join(TRUE_WORDS)} to switch it on, or "
+                                        f"{', '.join(registry.FALSE_WORDS)}", setting.variable))
             continue
         try:
-            parsed = setting.parse(value)
+            value = setting.parse(raw)
         except ValueError as exc:
-            problems.append(f"{setting.variable}={value!r} not understood, ignored; {exc}")
+            if setting.name == "patches":  # a selection of none is still a selection: no patch applies
+                options["patches"] = ()
+                problems.append(Problem(f"{setting.variable}={raw!r} {exc}; no patch is applied",
+                                        setting.variable))
+            else:
+                kept = "" if setting.default is None else f", {setting.name} stays {_word(setting.default)}"
+                problems.append(Problem(f"{setting.variable}={raw!r} {exc}; ignored{kept}", setting.variable))
             continue
-        if parsed is None:
-            continue
-        if setting.api:
-            options[setting.option] = parsed
-        elif setting.option == "log_level":
-            log_level = parsed
-    misspelt = _misspelt(environ)
-    if misspelt:
-        problems.append(f"unknown variable(s) {', '.join(misspelt)} ignored; tmpatch reads {', '.join(known_variables())}")
-    settings = Settings(enabled, options, log_level, problems)
+        if setting.policy:
+            policies[setting.name] = value
+        elif setting.keyword:
+            options[setting.name] = value
+        elif setting.name == "log_level":
+            log_level = value
+    problems.extend(_misspelt(environ))
+    result = Settings(enabled, options, log_level, problems, policies)
     if valid_names is not None:
-        settings.check_names(tuple(valid_names))
-    return settings
+        result.check_names(tuple(valid_names))
+    return result
 
 
 def to_environ(options: dict) -> dict:
-    """The variables that ask for ``options`` (keywords of ``apply()`` and
-    ``log_level``): the inverse of :func:`read`, for ``tmpatch run``."""
+    """The variables that ask for ``options`` (settings by name, see
+    :data:`tmpatch.settings.SETTINGS`): the inverse of :func:`read`, for
+    ``tmpatch run``. ``None`` values are left out."""
     out = {}
     for setting in SETTINGS:
-        value = options.get(setting.option)
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            out[setting.variable] = "1" if value else "0"
-        elif isinstance(value, (list, tuple)):
-            out[setting.variable] = ",".join(value)
-        else:
-            out[setting.variable] = str(value)
+        value = options.get(setting.name)
+        if value is not None and setting.kind != registry.SWITCH:
+            out[setting.variable] = setting.to_text(value)
     return out

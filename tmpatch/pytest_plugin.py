@@ -2,27 +2,39 @@
 
 * ``pytest --tmpatch`` (or ``tmpatch = true`` in the ini file): the whole run
   is patched; ``--tmpatch-patches``/``--tmpatch-exclude`` choose (and imply
-  ``--tmpatch``). Unknown names fail the run with a usage error.
-* fixture ``tmpatch``: applies for one test, reverts after, yields the
-  :class:`tmpatch.Report`. ``@pytest.mark.tmpatch(patches=[...], exclude=[...],
-  strict=False)`` chooses (a marked test gets the fixture without asking).
+  ``--tmpatch``). Unknown names fail the run with a usage error. torchmetrics
+  is imported at start so that the header shows what applies.
+* fixture ``tmpatch``: applies for one test, yields the
+  :class:`tmpatch.Report`, restores the state before afterwards.
+  ``@pytest.mark.tmpatch(patches=[...], exclude=[...], strict=False,
+  nan_check=..., bincount=...)`` chooses (a marked test gets the fixture
+  without asking): the test sees exactly that selection, also under
+  ``--tmpatch`` (the run's patches outside it are reverted for the test), and
+  those policies.
 * fixture ``no_sync``: the test fails on the first host-device sync in its
   body (the test function itself, not the fixtures), with
   :func:`tmpatch.audit.no_sync`; skipped where that is not available.
 
-The fixtures revert exactly what they applied: patches that were on before
-(``--tmpatch``, ``TMPATCH=1``) stay on, and nothing else of tmpatch is left
-(no wrapper, no armed import hook). Loading the plugin imports nothing but
-pytest; tmpatch itself is imported when an option or fixture is used.
+After the fixture the same patches are in effect as before (the same wrapper
+objects: metrics built earlier stay patched), with the same policies; each row
+of ``status()`` says what it said before, except that rows of patches not in
+effect may read ``off``, ``reverted`` or ``excluded`` differently (``reverted``
+if the test applied the patch). Nothing else of tmpatch is left (no wrapper,
+no armed import hook). Loading the plugin imports nothing
+but pytest; tmpatch itself is imported when an option or fixture is used.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import pytest
 
 _ACTIVE = ("applied", "pending")
-_MARKER_KEYWORDS = ("patches", "exclude", "strict")
+_INACTIVE = ("off", "reverted", "excluded")  # nothing of tmpatch in place, nothing learnt of the release
+_MARKER = "@pytest.mark.tmpatch"
+
+#: ``(rows {name: state}, policies)`` before a fixture or the run applied
+Snapshot = Tuple[Dict[str, str], Dict[str, str]]
 
 
 def pytest_addoption(parser: Any) -> None:
@@ -36,67 +48,76 @@ def pytest_addoption(parser: Any) -> None:
     parser.addini("tmpatch", type="bool", default=False, help="apply tmpatch for the whole run")
 
 
-# -- helpers ----------------------------------------------------------------
-def _valid_names() -> Sequence[str]:
-    from tmpatch.patches import NAMES
-
-    return NAMES
-
-
-def _check_names(value: Any, where: str) -> Optional[Tuple[str, ...]]:
-    """``value`` (a comma-separated string or a list) as a tuple of known
-    patch names; ``ValueError`` naming the valid ones otherwise."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        from tmpatch.env import parse_names
-
-        names = parse_names(value) or ()
-    else:
-        names = tuple(value)
-    valid = _valid_names()
-    unknown = [name for name in names if name not in valid]
-    if unknown:
-        raise ValueError(f"{where}: unknown patch name(s) {', '.join(map(repr, unknown))}; "
-                         f"valid names: {', '.join(valid)}")
-    return names
-
-
-def _active(states: Dict[str, str]) -> set:
-    return {name for name, state in states.items() if state in _ACTIVE}
-
-
-def _apply(patches: Any = None, exclude: Any = None, strict: bool = False) -> Tuple[Any, Dict[str, str]]:
-    """Apply; return the report and the states before (for :func:`_undo`)."""
+# -- applying and restoring ---------------------------------------------------
+def _snapshot() -> Snapshot:
     import tmpatch as tm
+    from tmpatch import settings
 
-    before = tm.status().states()
+    return tm.status().states(), dict(settings.policy)
+
+
+def _same(now: str, before: str) -> bool:
+    return now == before or (now in _ACTIVE and before in _ACTIVE) or (now in _INACTIVE and before in _INACTIVE)
+
+
+def _apply(patches: Any = None, exclude: Any = None, strict: bool = False, **policies: Any) -> Tuple[Any, Snapshot]:
+    """Apply exactly this selection (patches active now outside it are reverted
+    first); return the report and the snapshot for :func:`_restore`."""
+    import tmpatch as tm
+    from tmpatch import selection
+
+    before = _snapshot()
     try:
-        report = tm.apply(patches, exclude=exclude, strict=strict)
+        selected, _ = selection.select(patches, exclude, where=_MARKER)
+        outside = [name for name, state in before[0].items() if state in _ACTIVE and name not in selected]
+        if outside:
+            tm.revert(outside)
+        report = tm.apply(patches, exclude=exclude, strict=strict, **policies)
     except BaseException:
-        _undo(before)
+        _restore(before)
         raise
     return report, before
 
 
-def _undo(before: Dict[str, str]) -> None:
-    """Revert every patch that is active now and was not in ``before``, and
-    drop the ``excluded`` rows that were not there before."""
+def _restore(before: Snapshot) -> None:
+    """Back to ``before``: the same patches in effect (the same wrappers), the
+    same policies, the same rows but for patches not in effect, which may read
+    ``off``, ``reverted`` or ``excluded`` differently (``reverted`` if the test
+    applied them)."""
     import tmpatch as tm
+    from tmpatch import settings
 
+    rows, policies = before
+    settings.policy.update(policies)
     now = tm.status().states()
-    mine = [name for name in now if name in _active(now) - _active(before)
-            or (now[name] == "excluded" and before.get(name) != "excluded")]
-    if mine:
-        tm.revert(mine)
+    kept = [name for name, state in rows.items() if state not in _INACTIVE]  # in effect, or gated (not-needed ...)
+    if any(not _same(now.get(name, "off"), rows[name]) for name in kept):
+        now = tm.apply(kept).states()  # while the test's own patches are still in effect: their rows stay
+    added = [name for name, state in now.items() if state in _ACTIVE and rows.get(name) not in _ACTIVE]
+    if added:
+        now = tm.revert(added).states()
+    stray = [name for name, state in now.items()
+             if state not in ("off", "reverted") and state != rows.get(name) and rows.get(name, "off") in _INACTIVE]
+    if stray:
+        tm.revert(stray)  # rows nobody asked for (excluded, not-needed ... by the test): off again
 
 
 # -- the whole run ----------------------------------------------------------
+def _option_names(value: Optional[str], option: str) -> Optional[Tuple[str, ...]]:
+    from tmpatch import selection
+
+    try:
+        return selection.names(value, option)
+    except (TypeError, ValueError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line(
         "markers",
-        "tmpatch(patches=None, exclude=None, strict=False): apply tmpatch for this test "
-        "(gives it the tmpatch fixture); patches/exclude: lists of patch names",
+        "tmpatch(*patches, patches=None, exclude=None, strict=False, <policy>=...): apply exactly this selection "
+        "of tmpatch for this test (gives it the tmpatch fixture); patches/exclude: lists of patch names; "
+        "policies: nan_check, bincount (tmpatch.settings)",
     )
     patches = config.getoption("tmpatch_patches", None)
     exclude = config.getoption("tmpatch_exclude", None)
@@ -104,56 +125,91 @@ def pytest_configure(config: Any) -> None:
                    or patches is not None or exclude is not None)
     if not enabled:
         return
-    try:
-        patches = _check_names(patches, "--tmpatch-patches")
-        exclude = _check_names(exclude, "--tmpatch-exclude")
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    patches = _option_names(patches, "--tmpatch-patches")
+    exclude = _option_names(exclude, "--tmpatch-exclude")
     report, before = _apply(patches, exclude)
     config._tmpatch_session = (report, before)
+    if any(row.state == "pending" for row in report):
+        _import_host(config)
+
+
+def _import_host(config: Any) -> None:
+    """Import torchmetrics now: the patches apply, and the header says how."""
+    import importlib
+
+    import tmpatch as tm
+    from tmpatch import patches
+
+    if not patches.installed():
+        return
+    try:
+        importlib.import_module(patches.HOST)
+    except Exception as exc:  # noqa: BLE001 - the tests that import it will say so
+        config._tmpatch_import_error = f"{type(exc).__name__}: {exc}"
+        return
+    config._tmpatch_session = (tm.status(), config._tmpatch_session[1])
 
 
 def pytest_report_header(config: Any) -> Optional[str]:
     session = getattr(config, "_tmpatch_session", None)
     if session is None:
         return None
-    states = ", ".join(f"{row.name} {row.state}" for row in session[0])
-    return f"tmpatch (whole run, torchmetrics {session[0][0].release}): {states}"
+    report = session[0]
+    states = ", ".join(f"{row.name} {row.state}" for row in report)
+    lines = [f"tmpatch (whole run, torchmetrics {report[0].release}): {states}"]
+    error = getattr(config, "_tmpatch_import_error", None)
+    if error:
+        lines.append(f"tmpatch: torchmetrics could not be imported ({error}); the patches stay armed")
+    for row in report.problems():
+        lines.append(f"tmpatch: {row.name} {row.state}: {row.reason}")
+    return lines
 
 
 def pytest_unconfigure(config: Any) -> None:
     session = getattr(config, "_tmpatch_session", None)
     if session is not None:
         del config._tmpatch_session
-        _undo(session[1])
+        _restore(session[1])
 
 
 # -- fixtures ---------------------------------------------------------------
 def _marker_options(marker: Any) -> Dict[str, Any]:
+    """The marker's keywords, every one checked (``ValueError``/``TypeError``)."""
     if marker is None:
         return {}
-    unknown = sorted(set(marker.kwargs) - set(_MARKER_KEYWORDS))
+    from tmpatch import selection, settings
+
+    valid = ("patches", "exclude", "strict", *settings.POLICIES)
+    unknown = sorted(set(marker.kwargs) - set(valid))
     if unknown:
-        raise ValueError(f"@pytest.mark.tmpatch: unknown keyword(s) {', '.join(unknown)}; "
-                         f"valid: {', '.join(_MARKER_KEYWORDS)}")
+        import difflib
+
+        hints = [f"{name} (did you mean {close[0]}?)" if close else name
+                 for name in unknown for close in [difflib.get_close_matches(name, valid, n=1, cutoff=0.6)]]
+        raise ValueError(f"{_MARKER}: unknown keyword(s) {', '.join(hints)}; valid: {', '.join(valid)}")
     patches = marker.kwargs.get("patches")
     if marker.args:  # @pytest.mark.tmpatch("safe_divide", ...)
-        patches = list(marker.args) + list(patches or ())
+        patches = list(marker.args) + list(selection.names(patches, f"{_MARKER}(patches=...)") or ())
+    strict = marker.kwargs.get("strict", False)
+    if not isinstance(strict, bool):
+        raise TypeError(f"{_MARKER}(strict=...) must be True or False; got {type(strict).__name__} {strict!r}")
     return {
-        "patches": _check_names(patches, "@pytest.mark.tmpatch(patches=...)"),
-        "exclude": _check_names(marker.kwargs.get("exclude"), "@pytest.mark.tmpatch(exclude=...)"),
-        "strict": bool(marker.kwargs.get("strict", False)),
+        "patches": selection.names(patches, f"{_MARKER}(patches=...)"),
+        "exclude": selection.names(marker.kwargs.get("exclude"), f"{_MARKER}(exclude=...)"),
+        "strict": strict,
+        **selection.check_policies({name: marker.kwargs[name] for name in settings.POLICIES
+                                    if name in marker.kwargs}, where=_MARKER),
     }
 
 
 @pytest.fixture
 def tmpatch(request: Any):
     """tmpatch applied for this test (choose with ``@pytest.mark.tmpatch``);
-    yields the status report; reverts what it applied afterwards."""
+    yields the status report; restores the state before afterwards."""
     try:
         options = _marker_options(request.node.get_closest_marker("tmpatch"))
         problem = None
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         options, problem = {}, str(exc)
     if problem is not None:
         pytest.fail(problem, pytrace=False)
@@ -161,7 +217,7 @@ def tmpatch(request: Any):
     try:
         yield report
     finally:
-        _undo(before)
+        _restore(before)
 
 
 @pytest.fixture(autouse=True)
@@ -185,12 +241,13 @@ class NoSync:
 def no_sync(request: Any):
     """Fail the test on the first host-device sync in its body (real CUDA when
     present, simulated otherwise), with :func:`tmpatch.audit.no_sync`; the body
-    is the test function, not the fixtures. Yields a :class:`NoSync`."""
+    is the test function, not the fixtures. Yields a
+    :class:`tmpatch.audit.fixture.NoSyncFixture` (``device``, ``put()``)."""
     try:
-        from tmpatch.audit import no_sync as guard
+        from tmpatch.audit import fixture
     except ImportError as exc:
         pytest.skip(f"no_sync needs tmpatch.audit.no_sync, which is not available here ({exc})")
-    handle = NoSync(guard)
+    handle = fixture.NoSyncFixture()
     request.node._tmpatch_no_sync = handle
     yield handle
     request.node.__dict__.pop("_tmpatch_no_sync", None)

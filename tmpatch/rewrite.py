@@ -37,15 +37,14 @@ def _same(a: ast.AST, b: ast.AST) -> bool:
 
 
 def _blocks(node: ast.AST) -> List[Tuple[ast.AST, str]]:
-    """Every statement list in ``node``: ``(owner, field)``."""
+    """Every statement list in ``node``: ``(owner, field)`` (``except`` handlers and ``case``
+    clauses are nodes of the walk themselves)."""
     found = []
     for owner in ast.walk(node):
         for name in ("body", "orelse", "finalbody"):
             value = getattr(owner, name, None)
             if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
                 found.append((owner, name))
-        for handler in getattr(owner, "handlers", ()) or ():
-            found.append((handler, "body"))
     return found
 
 
@@ -90,10 +89,18 @@ def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapp
     if code.co_freevars:
         raise RewriteError(f"{func.__qualname__} is a closure ({', '.join(code.co_freevars)})")
     try:
-        source = textwrap.dedent(inspect.getsource(func))
+        raw = inspect.getsource(func)
     except (OSError, TypeError) as exc:
         raise RewriteError(f"no source for {func.__qualname__}: {exc}") from None
+    source = textwrap.dedent(raw)
     tree = ast.parse(source)
+    indent = len(raw) - len(raw.lstrip()) - (len(source) - len(source.lstrip()))
+    if indent:  # a method: the file's columns (tracebacks underline by them), not the dedented ones
+        for node in ast.walk(tree):
+            if getattr(node, "col_offset", None) is not None:
+                node.col_offset += indent
+            if getattr(node, "end_col_offset", None) is not None:
+                node.end_col_offset += indent
     function = tree.body[0] if tree.body else None
     if not isinstance(function, ast.FunctionDef) or function.name != func.__name__:
         raise RewriteError(f"the source of {func.__qualname__} is not one plain function")
@@ -110,8 +117,9 @@ def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapp
     module = ast.parse(f"def __tmpatch_rewrite__({', '.join(helpers)}):\n    return {function.name}\n")
     factory = module.body[0]
     factory.body.insert(0, function)
+    inside = {id(node) for node in ast.walk(function)}
     for node in ast.walk(module):
-        if node is not function and not any(node is n for n in ast.walk(function)) and hasattr(node, "lineno"):
+        if id(node) not in inside and hasattr(node, "lineno"):
             ast.copy_location(node, function)
     namespace: Dict[str, Any] = {}
     flags = code.co_flags & _FUTURE_FLAGS  # e.g. ``from __future__ import annotations`` of the release's module

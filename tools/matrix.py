@@ -1,35 +1,67 @@
-"""Run the test suite against a matrix of torchmetrics releases, in one command.
+"""Run the test suite against a matrix of torch builds and torchmetrics releases, in one command.
 
-    python tools/matrix.py                    # every release in RELEASES, 2 at a time
-    python tools/matrix.py -r 1.4.0 -r 1.9.0  # some of them
-    python tools/matrix.py -- -k safe_divide  # arguments after -- go to pytest
+    python tools/matrix.py                         # this interpreter's torch, every release in RELEASES
+    python tools/matrix.py -r 1.4.0 -r 1.9.0       # some of them
+    python tools/matrix.py -- -k safe_divide       # arguments after -- go to pytest
+    python tools/matrix.py --torch 2.5.1 -r 1.6.1  # another torch (its own venv, made once)
+    python tools/matrix.py --plan                  # what CI runs: every torch of PLAN with its releases
+                                                   # (older torch: the tests of TORCH_TESTS)
 
 Each release is installed once, without dependencies, into ``.matrix/<release>``
-(``pip install --no-deps --target``) and put first on ``PYTHONPATH``, so every
-run shares the one torch of this interpreter. Exits non-zero if any release
-fails; the last line reads ``N passed, N failed`` (releases).
+(``pip install --no-deps --target``) and put first on ``PYTHONPATH``. Each torch other
+than this interpreter's gets a venv, ``.venvs/torch-<version>``, made once with
+``pip install torch==<version>`` (from PyPI: on Linux a CUDA build, which must work on a
+machine without a GPU) and tmpatch's other requirements (setup.cfg); tmpatch itself is
+the source tree, on ``PYTHONPATH``. Runs go 2 at a time (``-j``); the venvs are made
+while this torch's runs go. A run fails on any pytest exit status but 0 (5, "no tests
+collected", included). Exits non-zero if any run fails; the last line reads
+``matrix: N passed, N failed`` (runs).
 """
 from __future__ import annotations
 
 import argparse
+import configparser
 import os
+import re
+import resource
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import List, Tuple
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Dict, List, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CURRENT = "current"
 
-#: every release where a target's code changed (DESIGN.md §1), and the ones the
-#: core issue names
+#: every release where a target's code changed (tools/fingerprints.py shows them), and the ones the
+#: core issues name
 RELEASES = (
     "1.0.0", "1.0.1", "1.0.2", "1.0.3", "1.2.1", "1.3.2", "1.4.0", "1.4.1",
     "1.5.2", "1.6.0", "1.6.1", "1.6.2", "1.7.2", "1.7.4", "1.8.2", "1.9.0",
 )
 
+#: what CI runs: the newest torch (this interpreter's: 2.13.0, a CPU-only build) with every
+#: release; each older torch (CUDA builds, no GPU) with the releases its users would have
+PLAN: Dict[str, Tuple[str, ...]] = {
+    CURRENT: RELEASES,
+    "2.5.1": ("1.6.1", "1.5.2"),  # autumn 2024; 1.6.1 + 2.5.1: the best-known report of metric syncs
+    "2.1.2": ("1.0.0", "1.2.1", "1.4.0"),  # the oldest torch supported, autumn 2023
+}
+
+#: with an older torch, the tests whose outcome can depend on torch: the audit, every patch
+#: (its hypothesis bit-identity comparisons and its sync tests), real process groups, the
+#: deferred reports and the pytest plugin's fixtures; not the import-hook, environment and
+#: packaging machinery, which torch does not touch (they run with the newest torch)
+TORCH_TESTS: Tuple[str, ...] = ("tests/audit", "tests/patches", "tests/distributed", "tests/test_deferred.py",
+                                "tests/test_pytest_plugin.py")
+
+#: torch releases built against numpy 1.x
+NUMPY_1 = re.compile(r"^2\.[0-2]\.")
+
 
 def install(release: str, folder: str) -> None:
+    """torchmetrics ``release`` into ``folder/release`` (once)."""
     target = os.path.join(folder, release)
     if os.path.exists(os.path.join(target, "torchmetrics", "__init__.py")):
         return
@@ -40,38 +72,122 @@ def install(release: str, folder: str) -> None:
     )
 
 
-def run(release: str, folder: str, pytest_args: List[str]) -> Tuple[str, int, float, str]:
+def requirements(torch_version: str) -> List[str]:
+    """What a venv for ``torch_version`` needs besides torch: setup.cfg's install_requires and
+    test extras (torch and torchmetrics left out), and torchmetrics' own lightning-utilities."""
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    lines = cfg.get("options", "install_requires").split("\n") + \
+        cfg.get("options.extras_require", "test").split("\n")
+    reqs = [line.strip() for line in lines if line.strip() and not line.strip().startswith(("torch", "#"))]
+    reqs.append("lightning-utilities")
+    if NUMPY_1.match(torch_version):
+        reqs = [r for r in reqs if not r.startswith("numpy")] + ["numpy<2"]
+    return reqs
+
+
+def venv_python(torch_version: str) -> str:
+    """The interpreter of the venv for ``torch_version``."""
+    return os.path.join(ROOT, ".venvs", f"torch-{torch_version}", "bin", "python")
+
+
+def make_venv(torch_version: str) -> str:
+    """The venv for ``torch_version``, made (once) if missing; returns its interpreter."""
+    python = venv_python(torch_version)
+    done = os.path.join(os.path.dirname(os.path.dirname(python)), ".tmpatch-ready")
+    if os.path.exists(done):
+        return python
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", "--clear", os.path.dirname(os.path.dirname(python))], check=True)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    f"torch=={torch_version}", *requirements(torch_version)], check=True,
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    open(done, "w").close()
+    sys.stdout.write(f"torch {torch_version}: venv made in {time.monotonic() - start:.0f}s\n")
+    sys.stdout.flush()
+    return python
+
+
+def run(python: str, release: str, folder: str, pytest_args: Sequence[str],
+        first: bool = False) -> Tuple[int, float, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(folder, release), ROOT, env.get("PYTHONPATH")) if p)
     env["TMPATCH_TEST_RELEASE"] = release
+    env["TMPATCH_TEST_TORCH_FIRST"] = "1" if first else "0"  # tests of torch alone run once per torch
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
-    return release, proc.returncode, time.monotonic() - start, proc.stdout
+    return proc.returncode, time.monotonic() - start, proc.stdout
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _torch_of(python: str) -> str:
+    out = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    return out.stdout.strip() or "?"
 
 
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-r", "--release", action="append", help="a torchmetrics release (repeatable)")
-    parser.add_argument("-j", "--jobs", type=int, default=2, help="releases tested at once (default 2)")
+    parser.add_argument("--torch", action="append", metavar="VERSION",
+                        help=f"a torch release, or '{CURRENT}' for this interpreter's (repeatable; default {CURRENT})")
+    parser.add_argument("--plan", action="store_true", help="every torch of PLAN with its releases (what CI runs)")
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="runs at once (default 2)")
     parser.add_argument("--folder", default=os.path.join(ROOT, ".matrix"), help="where releases are installed")
     parser.add_argument("pytest_args", nargs="*", help="arguments for pytest (after --)")
     args = parser.parse_args(argv)
-    releases = args.release or list(RELEASES)
-    for release in releases:
+    if args.plan:
+        plan = {t: list(r) for t, r in PLAN.items() if not args.torch or t in args.torch}
+        if args.release:
+            plan = {t: [r for r in rels if r in args.release] for t, rels in plan.items()}
+    else:
+        plan = {t: list(args.release or RELEASES) for t in (args.torch or [CURRENT])}
+    jobs = [(t, r) for t, rels in plan.items() for r in rels]
+    for release in sorted({r for _, r in jobs}):
         install(release, args.folder)
-    failed = []
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for release, code, seconds, output in pool.map(lambda r: run(r, args.folder, args.pytest_args), releases):
-            last = output.strip().splitlines()[-1] if output.strip() else "(no output)"
-            sys.stdout.write(f"torchmetrics {release}: exit {code} in {seconds:.0f}s: {last}\n")
-            if code != 0:
-                failed.append(release)
+
+    venvs: Dict[str, Future] = {}
+    maker = ThreadPoolExecutor(max_workers=1)  # one venv at a time, while this torch's runs go
+    for torch_version in plan:
+        venvs[torch_version] = maker.submit(lambda v=torch_version: sys.executable if v == CURRENT else make_venv(v))
+    lock = threading.Lock()
+    failed: List[str] = []
+    labels = {t: (_torch_of(sys.executable) if t == CURRENT else t) for t in plan}
+
+    def one(job: Tuple[str, str]) -> None:
+        torch_version, release = job
+        label = labels[torch_version]
+        try:
+            python = venvs[torch_version].result()
+        except Exception as exc:  # noqa: BLE001 - no venv: every run of that torch fails
+            code, seconds, output = 1, 0.0, f"cannot make the venv for torch {torch_version}: {exc}"
+        else:
+            paths = list(TORCH_TESTS) if args.plan and torch_version != CURRENT else []
+            code, seconds, output = run(python, release, args.folder, paths + list(args.pytest_args),
+                                        first=release == plan[torch_version][0])
+        last = output.strip().splitlines()[-1] if output.strip() else "(no output)"
+        with lock:
+            sys.stdout.write(f"torch {label} torchmetrics {release}: exit {code} in {seconds:.0f}s: {last}\n")
+            if code != 0:  # 5 ("no tests collected") too
+                failed.append(f"{label}/{release}")
                 sys.stdout.write(output + "\n")
             sys.stdout.flush()
-    sys.stdout.write(f"matrix: {len(releases) - len(failed)} passed, {len(failed)} failed\n")
+
+    start, cpu = time.monotonic(), _children_cpu()
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        list(pool.map(one, jobs))
+    maker.shutdown()
+    # CPU time of every run and venv made (children): on an idle machine with N cores the
+    # wall time is about this divided by N, whatever else was running here
+    sys.stdout.write(f"matrix: {len(jobs)} runs, {time.monotonic() - start:.0f}s wall, "
+                     f"{_children_cpu() - cpu:.0f}s CPU\n")
+    sys.stdout.write(f"matrix: {len(jobs) - len(failed)} passed, {len(failed)} failed\n")
     return 1 if failed else 0
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Callable
 
 from packaging.specifiers import SpecifierSet
@@ -22,3 +23,10 @@ def release_in(spec: str) -> bool:
     import torchmetrics
 
     return Version(torchmetrics.__version__) in SpecifierSet(spec, prereleases=True)
+
+
+def once_per_torch() -> bool:
+    """Whether a test that depends on torch but not on torchmetrics runs here: in a direct
+    pytest run, or in the first run of each torch of ``tools/matrix.py`` (it sets
+    ``TMPATCH_TEST_TORCH_FIRST``)."""
+    return "TMPATCH_TEST_RELEASE" not in os.environ or os.environ.get("TMPATCH_TEST_TORCH_FIRST") == "1"

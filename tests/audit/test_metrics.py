@@ -80,3 +80,44 @@ def test_metric_forward_runs_to_the_end():
 
     report = audit(MeanMetric(), torch.randn(8))
     assert report.complete and report.result_devices == [torch.device("cuda:0")]
+
+
+def _build(cls, **options):
+    """``cls(**options)`` with only the options this release knows."""
+    import inspect
+
+    known = inspect.signature(cls.__init__).parameters
+    return cls(**{k: v for k, v in options.items() if k in known})
+
+
+def test_linalg_error_checks_in_signal_distortion_ratio_and_procrustes():
+    from torchmetrics.audio import SignalDistortionRatio
+
+    report = audit(SignalDistortionRatio().update, torch.randn(2, 800), torch.randn(2, 800))
+    checks = _at(report.of_kind(SyncKind.LINALG_CHECK), "torchmetrics/functional/audio/sdr.py")
+    assert report.complete and [p.op for p in checks] == ["aten._linalg_check_errors"], str(report)
+    try:
+        from torchmetrics.shape import ProcrustesDisparity
+    except ImportError:
+        assert release_in("<1.7.0")
+        return
+    report = audit(ProcrustesDisparity().update, torch.rand(2, 10, 3), torch.rand(2, 10, 3))
+    assert [p.op for p in report.of_kind(SyncKind.LINALG_CHECK)] == ["aten._linalg_svd"], str(report)
+
+
+def test_cpu_indices_in_psnrb_and_perplexity():
+    from torchmetrics.image import PeakSignalNoiseRatioWithBlockedEffect
+    from torchmetrics.text import Perplexity
+
+    psnrb = _build(PeakSignalNoiseRatioWithBlockedEffect, data_range=1.0)
+    report = audit(psnrb.update, torch.rand(1, 1, 16, 16), torch.rand(1, 1, 16, 16))
+    copies = _at(report.of_kind(SyncKind.CPU_INDEX), "torchmetrics/functional/image/psnrb.py")
+    assert report.complete and len(copies) == 8, str(report)  # h_b, h_b + 1, h_bc, ... on every update
+    import importlib
+    import inspect
+
+    perplexity = importlib.import_module("torchmetrics.functional.text.perplexity")
+    arange = "torch.arange(" in inspect.getsource(perplexity._perplexity_update)  # probs[torch.arange(n), target]
+    report = audit(Perplexity().update, torch.rand(2, 8, 5), torch.randint(0, 5, (2, 8)))
+    copies = _at(report.of_kind(SyncKind.CPU_INDEX), "torchmetrics/functional/text/perplexity.py")
+    assert report.complete and len(copies) == int(arange), str(report)

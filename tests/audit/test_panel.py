@@ -287,3 +287,17 @@ def test_labels_match_on_function_file_and_kind():
     assert label_for(point("host-to-device copy", "_cumsum", "/x/tmpatch/patches/cumsum_device.py")).category \
         == INHERENT
     assert label_for(point("device-to-host read", "mystery", "/x/user.py")) is None
+
+
+def test_non_syncs_never_fail_a_row():
+    from tmpatch.audit import AuditReport
+
+    report = AuditReport()
+    report.add(SyncPoint(SyncKind.DEVICE_MISMATCH, "aten._to_copy", "/x/user.py:3", "mystery", "cuda:0 vs cuda:1"))
+    report.add(SyncPoint(SyncKind.PINNED_COPY, "aten._to_copy", "/x/user.py:4", "mystery"))
+    audited = panel_module.Audited(report, patched=True)
+    row = panel_module.RowResult("x", True, update={"patched": audited})
+    assert audited.count == 0 and len(audited.points) == 2 and audited.untolerated() == []
+    assert not row.fails() and "device mismatch (not a sync)" in row.notes()
+    report.add(SyncPoint(SyncKind.FORMAT, "Tensor.__format__", "/x/user.py:5", "mystery"))
+    assert row.fails() and "unexplained sync" in row.notes()

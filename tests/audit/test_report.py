@@ -17,9 +17,34 @@ def _points():
 def test_kind_values_are_the_user_facing_texts():
     assert [k.value for k in SyncKind] == [
         "device-to-host read", "host-to-device copy", "device-to-host copy",
-        "data-dependent shape", "device mismatch"]
+        "data-dependent shape", "implicit host-to-device copy (CPU index)",
+        "implicit host-to-device copy (CPU value)", "linalg error check", "tensor formatted on the host",
+        "explicit synchronize", "device mismatch", "non-blocking copy (pinned memory)"]
     assert SyncKind("device mismatch") is SyncKind.DEVICE_MISMATCH
     assert SyncKind.D2H_READ == "device-to-host read"
+    assert [k.name for k in SyncKind if not k.is_sync] == ["DEVICE_MISMATCH", "PINNED_COPY"]
+
+
+def test_non_syncs_are_filed_apart_and_not_counted():
+    mismatch = SyncPoint(SyncKind.DEVICE_MISMATCH, "aten.add", "/x/a.py:5", "f", "cuda:0, cuda:1")
+    pinned = SyncPoint(SyncKind.PINNED_COPY, "aten._to_copy", "/x/a.py:6", "f")
+    report = AuditReport(device=torch.device("cuda:0"))
+    for point in _points()[:1] + [mismatch, pinned]:
+        report.add(point)
+    assert report.count == 1 and report.sync_points == _points()[:1]
+    assert report.non_syncs == [mismatch, pinned] and not mismatch.is_sync
+    assert report.by_kind() == {"device-to-host read": 1}
+    assert report.of_kind("device mismatch") == [mismatch] and len(report.points) == 3
+    text = str(report)
+    assert text.splitlines()[0] == "1 sync point(s) [simulated cuda:0]" and "2 other event(s), not syncs:" in text
+    data = report.to_dict()
+    assert data["count"] == 1 and [p["kind"] for p in data["non_syncs"]] == ["device mismatch",
+                                                                              "non-blocking copy (pinned memory)"]
+
+
+def test_sync_error_hint_is_a_second_line():
+    err = SyncError(_points()[1], "move it before the block")
+    assert str(err).splitlines()[1] == "move it before the block" and err.hint == "move it before the block"
 
 
 def test_count_by_kind_of_kind():

@@ -9,6 +9,8 @@ environment). Every rank runs the same scenarios in the same order, once per
 * ``unpatched``: ``tmpatch.revert()``, the release as it is;
 * ``patched``: ``tmpatch.apply("gather_autograd")`` (after torchmetrics was
   imported: the engine's sweep path);
+* ``coalesced``: ``gather_autograd`` and ``coalesced_sync`` (the states of a
+  ``forward()`` are gathered in one coalesced exchange);
 * ``env``: nothing is called; ``TMPATCH=1`` patched the interpreter at start-up.
 
 Each rank writes what it saw (losses, the gradient of its own inputs or the
@@ -152,6 +154,8 @@ def _set_mode(mode: str) -> str:
         tmpatch.revert()
     elif mode == "patched":
         tmpatch.apply("gather_autograd")
+    elif mode == "coalesced":  # with coalesced_sync: the batch states are gathered in one exchange
+        tmpatch.apply(["gather_autograd", "coalesced_sync"])
     elif mode != "env":
         raise ValueError(mode)
     return tmpatch.status()["gather_autograd"].state

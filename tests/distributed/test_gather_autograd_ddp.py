@@ -1,7 +1,8 @@
 """gather_autograd on real process groups: a metric used as a loss across ranks.
 
 Real multi-process runs on gloo (CPU): one ``torch.multiprocessing`` spawn of
-2 ranks, one of 3 ranks, one ``torch.distributed.run`` of 2 ranks, and (when
+2 ranks, one of 3 ranks (each also with ``coalesced_sync`` applied, mode
+``coalesced``: the batch states gathered in one coalesced exchange), one ``torch.distributed.run`` of 2 ranks, and (when
 the ``TMPATCH=1`` entry point, tmpatch/bootstrap/sitecustomize.py, exists) a
 spawn of 3 ranks patched by the environment alone (its scenarios cover every
 kind: equal, uneven with empty states, subgroup). Each run executes every scenario of its world size
@@ -102,8 +103,8 @@ def _env_mode_skip() -> str:
 
 # -- the runs, each made once per session and shared by the tests ------------
 RUNS: Dict[str, Dict[str, Any]] = {
-    "spawn-2": {"launcher": "spawn", "world_size": 2, "modes": ("unpatched", "patched")},
-    "spawn-3": {"launcher": "spawn", "world_size": 3, "modes": ("unpatched", "patched")},
+    "spawn-2": {"launcher": "spawn", "world_size": 2, "modes": ("unpatched", "patched", "coalesced")},
+    "spawn-3": {"launcher": "spawn", "world_size": 3, "modes": ("unpatched", "patched", "coalesced")},
     "torchrun-2": {"launcher": "torchrun", "world_size": 2, "modes": ("unpatched", "patched")},
     "env-3": {"launcher": "spawn", "world_size": 3, "modes": ("env",), "env": True},
 }
@@ -152,8 +153,9 @@ def ddp_run(tmp_path_factory):
     return get
 
 
-def _patch_mode(run_id: str) -> str:
-    return "env" if RUNS[run_id].get("env") else "patched"
+def _patch_modes(run_id: str) -> List[str]:
+    """The patched modes of a run: ``patched``, ``coalesced`` (with coalesced_sync) or ``env``."""
+    return [mode for mode in RUNS[run_id]["modes"] if mode != "unpatched"]
 
 
 def _scenario_params(run_ids: List[str]) -> List[Any]:
@@ -161,6 +163,15 @@ def _scenario_params(run_ids: List[str]) -> List[Any]:
         pytest.param(run_id, sc, id=f"{run_id}-{sc.name}")
         for run_id in run_ids
         for sc in SCENARIOS[RUNS[run_id]["world_size"]]
+    ]
+
+
+def _mode_params(run_ids: List[str]) -> List[Any]:
+    return [
+        pytest.param(run_id, sc, mode, id=f"{run_id}-{sc.name}-{mode}")
+        for run_id in run_ids
+        for sc in SCENARIOS[RUNS[run_id]["world_size"]]
+        for mode in _patch_modes(run_id)
     ]
 
 
@@ -192,9 +203,9 @@ def _members(results: Dict[int, Dict[str, Any]], sc: Scenario, world_size: int) 
 
 
 # -- metric as a loss ----------------------------------------------------------
-@pytest.mark.parametrize("run_id, sc", _scenario_params(ALL_RUNS))
-def test_patched_loss_gives_each_rank_the_global_gradient(ddp_run, run_id, sc):
-    results, world_size, mode = ddp_run(run_id), RUNS[run_id]["world_size"], _patch_mode(run_id)
+@pytest.mark.parametrize("run_id, sc, mode", _mode_params(ALL_RUNS))
+def test_patched_loss_gives_each_rank_the_global_gradient(ddp_run, run_id, sc, mode):
+    results, world_size = ddp_run(run_id), RUNS[run_id]["world_size"]
     for rank in _members(results, sc, world_size):
         got = results[rank]["scenarios"][sc.name][mode]
         assert got["group_rank"] == sc.ranks(world_size).index(rank)
@@ -229,11 +240,11 @@ def test_unpatched_release(ddp_run, run_id, sc):
                 assert torch.allclose(record["grad"], ref_grads[rank], rtol=RTOL, atol=ATOL), where
 
 
-@pytest.mark.parametrize("run_id, sc", _scenario_params(ALL_RUNS))
-def test_values_identical_to_unpatched(ddp_run, run_id, sc):
+@pytest.mark.parametrize("run_id, sc, mode", _mode_params(ALL_RUNS))
+def test_values_identical_to_unpatched(ddp_run, run_id, sc, mode):
     """Forward values and compute() of the patched run are bit-identical to the
     release's own (env runs are compared with the spawn run of the same size)."""
-    results, world_size, mode = ddp_run(run_id), RUNS[run_id]["world_size"], _patch_mode(run_id)
+    results, world_size = ddp_run(run_id), RUNS[run_id]["world_size"]
     plain = results if "unpatched" in RUNS[run_id]["modes"] else ddp_run(f"spawn-{world_size}")
     for rank in _members(results, sc, world_size):
         patched = results[rank]["scenarios"][sc.name][mode]
@@ -248,7 +259,8 @@ def test_status_in_every_rank(ddp_run, run_id):
     expected = "applied" if DEFECTIVE else "not-needed"
     for rank, result in ddp_run(run_id).items():
         assert result["release"] == RELEASE
-        assert result["state"][_patch_mode(run_id)] == expected, f"rank {rank}"
+        for mode in _patch_modes(run_id):
+            assert result["state"][mode] == expected, f"rank {rank} {mode}"
         if "unpatched" in result["state"]:
             assert result["state"]["unpatched"] in ("off", "reverted"), f"rank {rank}"
 

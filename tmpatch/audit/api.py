@@ -5,14 +5,13 @@ import contextlib
 import inspect
 import logging
 import warnings
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
-from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from torch.utils._pytree import tree_map
 
 from tmpatch.audit.locate import locate
-from tmpatch.audit.recorder import SyncRecorder
+from tmpatch.audit.recorder import FAKE_ERRORS, SyncRecorder, is_device_mismatch
 from tmpatch.audit.report import AuditReport, SyncError, SyncKind, SyncPoint, result_devices
 from tmpatch.audit.sim import DeviceLike, copy_modules, cuda_device, module_owner, simulated_cuda
 
@@ -44,12 +43,12 @@ def _check_result(report: AuditReport, fn: Callable[..., Any]) -> None:
     stray = sorted({str(d) for d in result_devices(report.result) if d.type == "cuda" and d != report.device})
     if stray:
         location, function = _function_location(fn)
-        report.sync_points.append(SyncPoint(SyncKind.DEVICE_MISMATCH, "(return value)", location, function,
-                                            f"returned tensor on {', '.join(stray)}; audited on {report.device}"))
+        report.add(SyncPoint(SyncKind.DEVICE_MISMATCH, "(return value)", location, function,
+                             f"returned tensor on {', '.join(stray)}; audited on {report.device}"))
 
 
 def audit(fn: Callable[..., Any], *args: Any, device: DeviceLike = "cuda:0", real: Optional[bool] = None,
-          **kwargs: Any) -> AuditReport:
+          answers: Optional[Sequence[Any]] = None, **kwargs: Any) -> AuditReport:
     """Run ``fn(*args, **kwargs)`` on CUDA ``device`` and report every sync point it hits.
 
     Tensors in the arguments go to ``device``; modules/Metrics in the arguments and the
@@ -57,31 +56,47 @@ def audit(fn: Callable[..., Any], *args: Any, device: DeviceLike = "cuda:0", rea
     caller's objects are left as they were. ``real=None`` uses a real GPU when there is one
     (syncs counted by ``torch.cuda.set_sync_debug_mode("warn")``), else simulated CUDA
     (fake tensors: the return value holds fake tensors, and the run continues past each
-    sync with plausible values, see :mod:`tmpatch.audit.recorder`). A return value on
-    another CUDA device than ``device`` adds a "device mismatch" point.
+    sync with plausible values, see :mod:`tmpatch.audit.continuation`). ``real=False``
+    never touches the CUDA runtime. ``answers`` (simulated only) gives the values of the
+    first value reads, in order (``None``: the default answer); the reads are in
+    ``report.reads``, and :func:`tmpatch.audit.branches.audit_branches` explores both
+    sides of each. A device mismatch (an op's or the return value's tensor on another
+    CUDA device, operands on two devices) is reported apart from the syncs.
     """
     dev = cuda_device(device)
     fn, args, kwargs = copy_modules(fn, args, kwargs)
-    runner = _audit_real if _use_real(real) else _audit_simulated
-    report = runner(fn, args, kwargs, dev)
+    if _use_real(real):
+        report = _audit_real(fn, args, kwargs, dev)
+    else:
+        report = audit_simulated(fn, args, kwargs, dev, answers)
     _check_result(report, fn)
     return report
 
 
-def _audit_simulated(fn: Callable[..., Any], args: Any, kwargs: Any, dev: torch.device) -> AuditReport:
+def audit_simulated(fn: Callable[..., Any], args: Any, kwargs: Any, dev: torch.device,
+                    answers: Optional[Sequence[Any]] = None, catch: bool = False) -> AuditReport:
+    """The simulated half of :func:`audit`, on already copied arguments. With ``catch``, any
+    exception of ``fn`` ends the run as ``report.error`` instead of propagating."""
     report = AuditReport(device=dev, mode="simulated")
-    with simulated_cuda(dev) as sim:
+    with simulated_cuda(dev, answers=answers) as sim:
         owner = module_owner(fn)
         if owner is not None:
             sim.put(owner)
         args, kwargs = sim.put(args), sim.put(kwargs)
         del sim.sync_points[:]  # moving the inputs is set-up, not the audited code
-        report.sync_points = sim.sync_points
         try:
             report.result = fn(*args, **kwargs)
-        except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        except FAKE_ERRORS as exc:
             log.warning("tmpatch.audit: simulation stopped early at %s", exc)
             report.error = exc
+        except Exception as exc:  # noqa: BLE001 - re-raised unless asked to keep it
+            if not (catch or is_device_mismatch(exc)):
+                raise
+            report.error = exc
+        finally:
+            for point in sim.sync_points:
+                report.add(point)
+            report.reads = list(sim.answers.reads)
     return report
 
 
@@ -104,7 +119,7 @@ def _sync_debug(mode: str) -> Iterator[None]:
 
 def _real_point(tracker: SyncRecorder, message: str) -> SyncPoint:
     op, found = tracker.current or ("?", None)
-    kind = found[0] if found else SyncKind.D2H_READ
+    kind = found[0] if found and found[0].is_sync else SyncKind.D2H_READ
     location, function = locate(2)
     return SyncPoint(kind, op, location, function, message.strip().splitlines()[0][:120])
 
@@ -115,7 +130,7 @@ def _audit_real(fn: Callable[..., Any], args: Any, kwargs: Any, dev: torch.devic
     if owner is not None:
         owner.to(dev)
     args, kwargs = tree_map(lambda v: _move_real(v, dev), (args, kwargs))
-    tracker = SyncRecorder(report.sync_points.append, simulate=False)
+    tracker = SyncRecorder(report.add, simulate=False)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         shown = warnings.showwarning
@@ -123,7 +138,7 @@ def _audit_real(fn: Callable[..., Any], args: Any, kwargs: Any, dev: torch.devic
         def hook(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
                  line: Any = None) -> None:
             if _SYNC_MESSAGE in str(message):
-                report.sync_points.append(_real_point(tracker, str(message)))
+                report.add(_real_point(tracker, str(message)))
             else:
                 shown(message, category, filename, lineno, file, line)
 
@@ -139,20 +154,33 @@ def count_syncs(fn: Callable[..., Any], *args: Any, device: DeviceLike = "cuda:0
     return audit(fn, *args, device=device, real=real, **kwargs).count
 
 
+MOVE_HINT = ("moving a metric or a tensor to the device inside the guarded block is itself a host-to-device "
+             "copy: build and move it before the block ({how}), then call update() inside")
+
+
+def move_hint(point: SyncPoint, how: str = "tmpatch.audit.to_sim_cuda(obj, device), or obj.to(device) on a GPU") -> str:
+    """The hint a :class:`SyncError` carries when ``point`` looks like set-up (a host-to-device copy)."""
+    return MOVE_HINT.format(how=how) if point.kind is SyncKind.H2D_COPY else ""
+
+
 class _RaisingTracker(SyncRecorder):
     """On a real GPU: turn the sync-debug error into a :class:`SyncError` naming the op."""
+
+    hint: Callable[[SyncPoint], str] = staticmethod(move_hint)  # type: ignore[assignment]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         try:
             return super().__torch_dispatch__(func, types, args, kwargs)
         except RuntimeError as exc:
             if _SYNC_MESSAGE in str(exc) and not isinstance(exc, SyncError):
-                raise SyncError(_real_point(self, str(exc))) from exc
+                point = _real_point(self, str(exc))
+                raise SyncError(point, self.hint(point)) from exc
             raise
 
 
 @contextlib.contextmanager
-def no_sync(device: DeviceLike = "cuda:0", real: Optional[bool] = None) -> Iterator[torch.device]:
+def no_sync(device: DeviceLike = "cuda:0", real: Optional[bool] = None,
+            hint: Callable[[SyncPoint], str] = move_hint) -> Iterator[torch.device]:
     """Raise :class:`SyncError` on the first sync point inside the block; yields the device.
 
     With a real GPU (``real=None`` auto) this is ``torch.cuda.set_sync_debug_mode("error")``.
@@ -163,12 +191,14 @@ def no_sync(device: DeviceLike = "cuda:0", real: Optional[bool] = None) -> Itera
     dev = cuda_device(device)
     if _use_real(real):
         tracker = _RaisingTracker(lambda point: None, simulate=False)
+        tracker.hint = hint
         with torch.cuda.device(dev), _sync_debug("error"), tracker:
             yield dev
         return
 
     def stop(point: SyncPoint) -> None:
-        raise SyncError(point)
+        if point.is_sync:
+            raise SyncError(point, hint(point))
 
     with simulated_cuda(dev, on_sync=stop):
         yield dev

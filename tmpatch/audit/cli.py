@@ -25,7 +25,8 @@ a row could not be audited. Syncs in compute() and unpatched syncs never fail.""
 EPILOG = FAIL_RULE + """
 
 exit status: 0 done; 1 --fail-on-sync found a sync (or torchmetrics cannot be
-imported); 2 usage error (e.g. an unknown --metric name)."""
+imported, or torch is older than 2.1); 2 usage error (e.g. an unknown --metric
+name)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fail-on-sync", action="store_true", help="exit 1 when a patched update still syncs "
                         "(see below)")
     parser.add_argument("--simulated", action="store_true", help="simulate CUDA even when a GPU is present")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="on a GPU: run the panel and the probe table simulated and real, and "
+                             "print where they differ; see python -m tmpatch.audit.calibrate --help")
     return parser
 
 
@@ -95,6 +99,7 @@ def render(panel: "object", verbose: bool = False) -> str:
                     for point in audited.points:
                         label = label_for(point)
                         tag = f"  [{label.category}]" if label else "  [unlabelled]"
+                        tag += "" if point.is_sync else "  (not a sync)"
                         lines.append(f"  {row.name} | {part} {mode} | {point.kind.value} | {point.op} | "
                                      f"{_location(point.location)} | {point.function}{tag}")
     return "\n".join(lines)
@@ -111,6 +116,12 @@ def header(panel: "object") -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from tmpatch.audit import support
+
+    problem = support.problem()
+    if problem is not None:
+        print(f"tmpatch audit: {problem}", file=sys.stderr)
+        return 1
     from tmpatch.audit import panel as panel_module
 
     if args.list:
@@ -146,9 +157,14 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``tmpatch audit`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--calibrate" in argv:  # its own options: python -m tmpatch.audit.calibrate --help
+        from tmpatch.audit import calibrate
+
+        return calibrate.main([a for a in argv if a != "--calibrate"])
     parser = build_parser()
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2)
         return int(exc.code or 0)
     return _run(args)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from types import FrameType
 from typing import Optional, Tuple
 
@@ -13,11 +14,17 @@ _SKIP_DIRS: Tuple[str, ...] = (
     os.path.dirname(os.path.abspath(__file__)) + os.sep,
 )
 _SKIP_FILES = ("contextlib.py", "<frozen ")
+#: the stdlib's warnings module: torch's sync-debug warnings reach the audit's hook through it
+_WARNINGS = os.path.abspath(warnings.__file__)
+#: the probe table is code under audit, not the audit's own machinery
+_AUDITED = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe_fns.py"),)
 
 
 def _skipped(filename: str) -> bool:
-    if filename.startswith(_SKIP_DIRS):
+    if filename == _WARNINGS:
         return True
+    if filename.startswith(_SKIP_DIRS):
+        return filename not in _AUDITED
     return filename.endswith(_SKIP_FILES[0]) or filename.startswith(_SKIP_FILES[1])
 
 

@@ -5,14 +5,16 @@ import contextlib
 import copy
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_map
 
 from tmpatch.audit import guard
-from tmpatch.audit.recorder import FakeHostViews, SyncRecorder
+from tmpatch.audit.continuation import Answers
+from tmpatch.audit.host import FakeHostViews
+from tmpatch.audit.recorder import SyncRecorder
 from tmpatch.audit.report import SyncPoint
 
 log = logging.getLogger("tmpatch")
@@ -28,8 +30,12 @@ def cuda_device(device: DeviceLike = "cuda:0") -> torch.device:
     return torch.device("cuda", dev.index or 0)
 
 
-def _active_fake_mode() -> Optional[FakeTensorMode]:
-    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+_ACTIVE: List["SimulatedCuda"] = []  #: the simulations entered and not left, innermost last
+
+
+def active() -> Optional["SimulatedCuda"]:
+    """The innermost active :func:`simulated_cuda` block, or None."""
+    return _ACTIVE[-1] if _ACTIVE else None
 
 
 def _fake_tensor(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -47,7 +53,7 @@ def to_sim_cuda(obj: Any, device: DeviceLike = "cuda:0") -> Any:
     values). Modules are changed in place (``Module._apply``) and returned; build a Metric
     outside the simulation, its ``__init__`` deep-copies real tensors.
     """
-    if _active_fake_mode() is None:
+    if not _ACTIVE:
         raise RuntimeError("to_sim_cuda() needs an active simulated_cuda() context")
     dev = cuda_device(device)
 
@@ -55,18 +61,40 @@ def to_sim_cuda(obj: Any, device: DeviceLike = "cuda:0") -> Any:
         if isinstance(value, torch.Tensor):
             return _fake_tensor(value, dev)
         if isinstance(value, torch.nn.Module):
-            return value._apply(lambda t: _fake_tensor(t, dev))
+            return _move_module(value, lambda t: _fake_tensor(t, dev))
         return value
 
     return tree_map(move, obj)
 
 
+def _move_module(module: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.nn.Module:
+    """``module._apply(fn)`` for everything but parameters and buffers (a Metric's states,
+    ``.device``...), which are replaced directly: ``Module._apply`` would set a real
+    parameter's ``.data`` to a fake tensor, or try to swap them."""
+    saved = [(m, dict(m._parameters), dict(m._buffers)) for m in module.modules()]
+    for m, _, _ in saved:
+        m._parameters.clear()
+        m._buffers.clear()
+    try:
+        module._apply(fn)
+    finally:
+        for m, params, buffers in saved:
+            for key, param in params.items():
+                m._parameters[key] = None if param is None else \
+                    torch.nn.Parameter(fn(param.detach()), requires_grad=param.requires_grad)
+            for key, buffer in buffers.items():
+                m._buffers[key] = None if buffer is None else fn(buffer)
+    return module
+
+
 @dataclass
 class SimulatedCuda:
-    """Handle of an active :func:`simulated_cuda` block."""
+    """Handle of an active :func:`simulated_cuda` block: the points recorded (syncs and
+    non-syncs, in order) and the value reads answered."""
 
     device: torch.device
     sync_points: List[SyncPoint] = field(default_factory=list)
+    answers: Answers = field(default_factory=Answers)
 
     def put(self, obj: Any) -> Any:
         """:func:`to_sim_cuda` onto this simulation's device."""
@@ -74,16 +102,20 @@ class SimulatedCuda:
 
 
 @contextlib.contextmanager
-def simulated_cuda(device: DeviceLike = "cuda:0",
-                   on_sync: Optional[Callable[[SyncPoint], None]] = None) -> Iterator[SimulatedCuda]:
+def simulated_cuda(device: DeviceLike = "cuda:0", on_sync: Optional[Callable[[SyncPoint], None]] = None,
+                   answers: Optional[Sequence[Any]] = None) -> Iterator[SimulatedCuda]:
     """Run the block on simulated CUDA tensors and record its sync points.
 
     Inside, ``torch.*(..., device="cuda")`` creates fake tensors (shapes, dtypes and devices
-    only; no values), real CPU tensors mix in as constants, and every sync point is appended
-    to ``handle.sync_points`` (and passed to ``on_sync``, which may raise to stop the block).
-    The current CUDA device is always ``cuda:0``. Tensors made here must not be used after it.
+    only; no values), real CPU tensors mix in as constants, and every point (syncs and
+    non-syncs: see :attr:`SyncPoint.is_sync`) is appended to ``handle.sync_points`` (and
+    passed to ``on_sync``, which may raise to stop the block). ``answers``: the values of
+    the first value reads (see :class:`tmpatch.audit.continuation.Answers`). The current
+    CUDA device is always ``cuda:0``. Works on CPU-only builds of torch and on CUDA builds
+    without a GPU or driver (see :mod:`tmpatch.audit.guard`). Tensors made here must not be
+    used after it.
     """
-    handle = SimulatedCuda(cuda_device(device))
+    handle = SimulatedCuda(cuda_device(device), answers=Answers(answers))
 
     def sink(point: SyncPoint) -> None:
         handle.sync_points.append(point)
@@ -96,10 +128,14 @@ def simulated_cuda(device: DeviceLike = "cuda:0",
     level = fake_log.level
     guard.acquire()
     try:
-        recorder = SyncRecorder(sink)
+        recorder = SyncRecorder(sink, answers=handle.answers)
         fake_log.setLevel(logging.CRITICAL)
-        with FakeTensorMode(allow_non_fake_inputs=True), recorder, FakeHostViews(recorder):
-            yield handle
+        with FakeTensorMode(allow_non_fake_inputs=True, allow_fallback_kernels=False), recorder, FakeHostViews(recorder):
+            _ACTIVE.append(handle)
+            try:
+                yield handle
+            finally:
+                _ACTIVE.remove(handle)
     finally:
         fake_log.setLevel(level)
         guard.release()

@@ -9,8 +9,9 @@ Two doors lead here, both gated on ``TMPATCH`` (see :mod:`tmpatch.env`):
   sitecustomize it shadows.
 
 The first door to open bootstraps; the second does nothing (one process, one
-bootstrap). Start-up stays cheap: only :mod:`os` and :mod:`tmpatch.env` are
-imported and a finder is put on ``sys.meta_path``. The first time torchmetrics
+bootstrap). Start-up stays cheap: only :mod:`os`, :mod:`tmpatch.env` and the
+settings table it reads are imported, each problem of the environment is one
+line, and a finder is put on ``sys.meta_path``. The first time torchmetrics
 is looked up, that finder calls :func:`tmpatch.apply` (which arms post-import
 hooks before any torchmetrics module runs), so a process that never imports
 torchmetrics imports neither torch nor torchmetrics, nor even wrapt. Any error
@@ -86,8 +87,7 @@ def activate(settings: env.Settings) -> bool:
 
         if not catalogue.installed():
             return False
-        for problem in settings.check_names(catalogue.NAMES):
-            say(problem)
+        env.announce(settings.check_names(catalogue.NAMES), say)
         if settings.log_level:
             _configure_logging(settings.log_level)
         from tmpatch import api
@@ -115,14 +115,11 @@ def _spec_with_strict_check():
 
 def _check_strict(module) -> None:
     from tmpatch import api
-    from tmpatch.report import State
 
-    problems = [row for row in api.status() if row.state in State.PROBLEMS]
+    report = api.status()
+    problems = report.problems()
     if problems:
-        raise api.TmpatchError(
-            "tmpatch (TMPATCH_STRICT=1): could not apply "
-            + "; ".join(f"{row.name} ({row.state}: {row.reason})" for row in problems)
-        )
+        raise api.TmpatchError("tmpatch (TMPATCH_STRICT=1): could not apply " + report.describe(problems))
 
 
 def _configure_logging(level: str) -> None:
@@ -147,8 +144,7 @@ def bootstrap(origin: str, environ=None) -> None:
     started = origin
     try:
         settings = env.read(environ)
-        for problem in settings.problems:
-            say(problem)
+        env.announce(settings.problems, say)
         if not settings.enabled:
             return
         if HOST in sys.modules:  # imported already (not at start-up): apply now

@@ -13,11 +13,15 @@ at the user's next ``compute()`` instead, exactly once (:mod:`tmpatch.deferred`)
   counts the batch once;
 * ``Metric.reset``: a reset by the user clears the books;
 * ``Running.update`` and ``Running.forward``: the base metric's reset inside them keeps
-  the books (the report waits for the wrapper's compute).
+  the books (the report waits for the wrapper's compute);
+* ``MetricCollection.compute``: one report for the collection, after every metric's
+  compute (1.0.x: the ``_wrap_compute`` overrides of ClasswiseWrapper, MultioutputWrapper
+  and MultitaskWrapper, not yet ``WrapperMetric`` subclasses, get the book layer too).
 
-Releases: 1.0.0-1.9.0 (two implementations of ``forward`` and ``reset``, three of
-``_wrap_compute``, one of the others). ``tmpatch.revert()`` keeps pending reports: the
-compute layer stays with the metrics built while applied (:func:`deferred.detach`).
+Releases: 1.0.0-1.9.0 (two implementations of ``forward``, ``reset`` and
+``MetricCollection.compute``, three of ``_wrap_compute``, one of the others).
+``tmpatch.revert()`` keeps pending reports: the compute layer stays with the metrics
+built while applied (:func:`deferred.detach`).
 """
 from __future__ import annotations
 
@@ -33,8 +37,8 @@ def _settling(metric: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
     """The metric's compute, reporting its books after the release's compute is done."""
 
     def compute(*args: Any, **kwargs: Any) -> Any:
-        if deferred.internal() or (not deferred.is_live() and getattr(metric, "_should_unsync", True) is False):
-            return inner(*args, **kwargs)  # torchmetrics' own call (after revert: forward's flag)
+        if deferred.internal() or (not deferred.is_live() and deferred.forward_step(1) is not None):
+            return inner(*args, **kwargs)  # torchmetrics' own call (after revert: made by forward)
         deferred.start_compute(metric)
         with deferred.scope():
             value = inner(*args, **kwargs)
@@ -101,6 +105,23 @@ def _build_apply(module: ModuleType) -> Callable[..., Any]:
     return _apply
 
 
+def _build_collection_compute(module: ModuleType) -> Callable[..., Any]:
+    """``MetricCollection.compute``: the metrics' computes inside it report nothing; the
+    collection reports once for all of them when every compute is done (a raise in the
+    first metric's report would otherwise leave the others' for the next compute)."""
+
+    def compute(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if deferred.internal():
+            return original(self, *args, **kwargs)
+        deferred.start_compute(self)
+        with deferred.scope():
+            value = original(self, *args, **kwargs)
+        deferred.settle(self)
+        return value
+
+    return compute
+
+
 def _build_internal(module: ModuleType) -> Callable[..., Any]:
     """``Running.update``/``Running.forward``: they reset the base metric themselves."""
 
@@ -147,6 +168,24 @@ PATCH = Patch(
             qualname="WrapperMetric._wrap_compute",
             variants=(Variant(span("1.1.0", "1.9.0"), "05f55ce13420b558", _build_wrap_compute),),
             present=since("1.1.0"),
+        ),
+        *(
+            Target(  # 1.0.x: these wrappers override Metric._wrap_compute themselves (WrapperMetric from 1.1.0)
+                module=f"torchmetrics.wrappers.{module}",
+                qualname=f"{name}._wrap_compute",
+                variants=(Variant(span("1.0.0", "1.0.3"), "05f55ce13420b558", _build_wrap_compute),),
+                present=span("1.0.0", "1.0.3"),
+            )
+            for module, name in (("classwise", "ClasswiseWrapper"), ("multioutput", "MultioutputWrapper"),
+                                 ("multitask", "MultitaskWrapper"))
+        ),
+        Target(
+            module="torchmetrics.collections",
+            qualname="MetricCollection.compute",
+            variants=(
+                Variant(span("1.0.0", "1.5.2"), "efbd8312bb0b8610", _build_collection_compute),
+                Variant(span("1.6.0", "1.9.0"), "ebc04c290ed14244", _build_collection_compute),
+            ),
         ),
         Target(
             module=_METRIC,

@@ -42,10 +42,11 @@ def _builder(default_weight: Optional[float], metric_dtype: bool) -> Callable[[M
             if value_scalar or weight_scalar:
                 dtype = self.dtype if metric_dtype else float32
                 device = self.device
-                if value_scalar:
-                    value = full((), value, dtype=dtype, device=device)
+                if value_scalar:  # an int through a Python float, as ``as_tensor`` takes it
+                    value = full((), float(value) if dtype.is_floating_point else value, dtype=dtype, device=device)
                 if weight_scalar:
-                    weight = full((), weight, dtype=dtype, device=device)
+                    weight = full((), float(weight) if dtype.is_floating_point else weight, dtype=dtype,
+                                  device=device)
             return original(self, value, weight)
 
         return update

@@ -32,10 +32,14 @@ elements get weight 1 (upstream: the whole batch's weight becomes the imputed va
 up to 1.6.1 — a NaN mean with the default weight — and collapses to 1 from 1.6.2);
 an imputed element passes no gradient (upstream: the caller's tensor is overwritten
 under no_grad); ``warn`` is given on the rank that saw the NaN, not only on rank 0.
-Removed and neutralised elements give the same states up to float summation order.
+Removed and neutralised elements give the same states up to float summation order;
+so does a MeanMetric weight that broadcasts to the value's shape (a scalar, or fewer
+dimensions), even without NaN: neutralising per element materialises it, and its total is
+summed over a full tensor where the release sums the broadcast view (last bits only).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import warnings
@@ -141,9 +145,13 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         record = RECORD
 
         def tensor(value: Any, dtype: Any, device: Any) -> Any:
-            """A Python number as the release makes it, on the device without a host copy."""
-            if type(value) is float or (type(value) in (int, bool) and _INT64[0] <= value < _INT64[1]):
+            """A Python number as the release makes it, on the device without a host copy
+            (an int goes through a Python float first, as ``as_tensor`` takes it: a direct
+            int64 cast rounds some large ints differently)."""
+            if type(value) is float:
                 return full((), value, dtype=dtype, device=device)
+            if type(value) in (int, bool) and _INT64[0] <= value < _INT64[1]:
+                return full((), float(value) if dtype.is_floating_point else value, dtype=dtype, device=device)
             return as_tensor(value, dtype=dtype, device=device)  # what the release does
 
         def report(metric: Any, strategy: str, nan: Any) -> None:
@@ -210,7 +218,8 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             return kind
 
         if release.one_argument:
-            pending: Dict[int, Tuple[int, Any]] = {}  # id(metric) -> (update count, NaN mask of the value)
+            #: id(metric) -> (update count, NaN mask of the value, the value returned: our own tensor)
+            pending: Dict[int, Tuple[int, Any, Any]] = {}
 
             def _cast_and_nan_check_input_1_0_0(original: Callable, self: Any, x: Any) -> Any:
                 kind = handled(self)
@@ -223,25 +232,30 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                 if compiling():  # one traced update makes both calls: a slot pairs them (the count is a guard)
                     stash, _paired.stash = _paired.stash, None
                     if stash is None or stash[0] is not self:  # MeanMetric's value
-                        _paired.stash = (self, x != x)
-                        return run(self, kind, self.nan_strategy, x, None, float32)[0]
+                        value = run(self, kind, self.nan_strategy, x, None, float32)[0]
+                        _paired.stash = (self, x != x, value)
+                        return value
                 else:
                     stash = pending.pop(id(self), None)
                     if stash is None or stash[0] != self._update_count:  # MeanMetric's value
                         if len(pending) > 64:
                             pending.clear()  # updates that raised between the two calls
-                        pending[id(self)] = (self._update_count, x != x)
-                        return run(self, kind, self.nan_strategy, x, None, float32)[0]
-                value_nan = stash[1]  # MeanMetric's weight: NaN where the value or the weight is
+                        value = run(self, kind, self.nan_strategy, x, None, float32)[0]
+                        pending[id(self)] = (self._update_count, x != x, value)
+                        return value
+                _, value_nan, value = stash  # MeanMetric's weight: NaN where the value or the weight is
                 if value_nan.numel() == 0:
                     return x.float()  # update() returns before using it
                 weight = torch.broadcast_to(x, value_nan.shape)
-                nan = value_nan | (weight != weight)
-                if type(self.nan_strategy) is not str:
-                    return where(nan, 1.0, weight).float()
-                if self.nan_strategy != "ignore":
-                    report(self, self.nan_strategy, weight != weight)
-                return where(nan, 0.0, weight).float()
+                weight_nan = weight != weight
+                nan = value_nan | weight_nan
+                imputing = type(self.nan_strategy) is not str
+                if not imputing and self.nan_strategy != "ignore":  # an update whose value had NaN is counted
+                    report(self, self.nan_strategy, weight_nan & ~value_nan.any())
+                if value is not x and value.shape == weight_nan.shape:  # a tensor of ours (torch.where's)
+                    with enable_grad() if value.requires_grad else contextlib.nullcontext():
+                        value.masked_fill_(weight_nan, self.nan_strategy if imputing else 0.0)
+                return where(nan, 1.0 if imputing else 0.0, weight).float()
 
             return _cast_and_nan_check_input_1_0_0
 
@@ -270,7 +284,7 @@ class _Paired:
     __slots__ = ("stash",)
 
     def __init__(self) -> None:
-        self.stash: Optional[Tuple[Any, Any]] = None
+        self.stash: Optional[Tuple[Any, Any, Any]] = None
 
 
 _paired = _Paired()

@@ -3,9 +3,9 @@
 The binary and multiclass confusion-matrix and precision-recall-curve formatters drop
 ``target == ignore_index`` with a boolean index (``preds = preds[idx]``: a
 data-dependent shape, one sync each on CUDA). Inside a recorded update the two
-statements become :func:`unremoved`: the positions stay, marked for the update
-wrappers (``updates.py``) to leave out of the counts; everywhere else it removes them
-as the release does. Ignored float ``preds`` are set to 0, a value in [0, 1], so the
+statements give way to :func:`unremoved`: the positions stay, marked for the update
+wrappers (``updates.py``) to leave out of the counts; everywhere else the release's two
+statements run, in place (its removal, its line in tracebacks and audits). Ignored float ``preds`` are set to 0, a value in [0, 1], so the
 formatter's "logits or probabilities?" decision is taken on the kept values alone, as
 after the removal; ignored targets become class 0, so a one-hot encoding accepts them.
 
@@ -49,17 +49,26 @@ def classes(target: Any, num_classes: int) -> Any:
     return target.masked_fill(invalid, 0)
 
 
-def _names(module: ModuleType) -> Dict[str, Any]:
-    return {"_tmpatch_unremoved": unremoved, "_tmpatch_classes": classes}
+def recording() -> bool:
+    """Whether a recorded update is running (the formatter keeps ignored positions)."""
+    return recorded() is not None
 
+
+def _names(module: ModuleType) -> Dict[str, Any]:
+    return {"_tmpatch_unremoved": unremoved, "_tmpatch_classes": classes, "_tmpatch_recording": recording}
+
+
+#: the release's two statements stay, behind the test (they are the release's removal)
+_KEEP = "if _tmpatch_recording():\n    preds, target = _tmpatch_unremoved(preds, target, idx)\nelse:\n" + "".join(
+    "    " + line + "\n" for line in _REMOVAL.splitlines())
 
 #: the boolean removal of ignored positions, kept in place during recorded updates
-KEEP_IGNORED = Rewrite((Edit(_REMOVAL, "preds, target = _tmpatch_unremoved(preds, target, idx)"),), _names)
+KEEP_IGNORED = Rewrite((Edit(_REMOVAL, _KEEP),), _names)
 
 #: the same, and the micro one-hot of the multiclass curve formatter (1.3.0+)
 KEEP_IGNORED_AND_CLASSES = Rewrite(
     (
-        Edit(_REMOVAL, "preds, target = _tmpatch_unremoved(preds, target, idx)"),
+        Edit(_REMOVAL, _KEEP),
         Edit(_ONE_HOT, "target = torch.nn.functional.one_hot(_tmpatch_classes(target, num_classes), "
                        "num_classes=num_classes).flatten()"),
     ),

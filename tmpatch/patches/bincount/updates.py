@@ -11,7 +11,7 @@ inputs in which those positions cannot count:
   negative, and ``_bincount`` (which the wrapper vouches to) leaves them out;
 * the micro stat scores and the binned curves count without ``_bincount`` as well (a
   loop over thresholds for large batches): there the positions get a fixed value
-  (curves: score ``-inf`` and target 0, below every threshold) and the wrapper
+  (curves: score NaN and target 0, below every threshold, -inf included) and the wrapper
   subtracts what they added from the release's result, an exact integer correction;
 * the multilabel update functions remove negative codes themselves (``codes[codes >=
   0]``): that statement is edited into :func:`multilabel_codes`, which marks the
@@ -114,8 +114,8 @@ def build_multiclass_confusion_update(module: ModuleType) -> Callable[..., Any]:
 
 def build_binary_curve_update(module: ModuleType) -> Callable[..., Any]:
     """``_binary_precision_recall_curve_update(preds, target, thresholds)``, binned: left-out
-    positions score ``-inf`` with target 0 (a true negative at every threshold), then
-    come off ``[:, 0, 0]``."""
+    positions score NaN with target 0 (a true negative at every threshold, ``-inf``
+    included: ``NaN >= t`` is false), then come off ``[:, 0, 0]``."""
     import torch
 
     where = torch.where
@@ -125,7 +125,7 @@ def build_binary_curve_update(module: ModuleType) -> Callable[..., Any]:
         if update is None or thresholds is None:
             return original(preds, target, thresholds)
         out = _left_out(update, _binary(target))
-        state = original(where(out, -math.inf, preds), where(out, 0, target), thresholds)
+        state = original(where(out, math.nan, preds), where(out, 0, target), thresholds)
         state[:, 0, 0] -= out.sum()
         return state
 
@@ -135,7 +135,7 @@ def build_binary_curve_update(module: ModuleType) -> Callable[..., Any]:
 def _multiclass_curve(average: bool) -> Callable[[ModuleType], Callable[..., Any]]:
     """``_multiclass_precision_recall_curve_update``, binned; ``average`` (1.3.0+): micro
     flattens (the formatter one-hot encoded the target, the rows come ``num_classes``
-    at a time). A left-out row scores ``-inf`` for every class with target 0: a false
+    at a time). A left-out row scores NaN for every class with target 0: a false
     negative of class 0 and a true negative of the others, at every threshold."""
 
     def build(module: ModuleType) -> Callable[..., Any]:
@@ -157,11 +157,11 @@ def _multiclass_curve(average: bool) -> Callable[[ModuleType], Callable[..., Any
                     rows = rows | update.drop
                 update.ignored = update.drop = None
                 out = rows.unsqueeze(1).expand(-1, num_classes).reshape(-1)
-                state = original(where(out, -math.inf, preds), where(out, 0, target), num_classes, thresholds, *extra)
+                state = original(where(out, math.nan, preds), where(out, 0, target), num_classes, thresholds, *extra)
                 state[:, 0, 0] -= out.sum()
                 return state
             out = _left_out(update, _classes(target, num_classes))
-            state = original(where(out.unsqueeze(1), -math.inf, preds), where(out, 0, target), num_classes,
+            state = original(where(out.unsqueeze(1), math.nan, preds), where(out, 0, target), num_classes,
                              thresholds, *extra)
             n = out.sum()
             state[:, 0, 1, 0] -= n
@@ -188,17 +188,20 @@ build_multiclass_curve_update_average = _multiclass_curve(average=True)
 
 
 # -- the multilabel update functions: their removal of negative codes, edited -------------
-def multilabel_codes(codes: Any, preds: Any, target: Any, fill: int) -> Any:
+def multilabel_codes(codes: Any, preds: Any, target: Any, fill: int, scores: Any = None) -> Any:
     """``codes[codes >= 0]`` (the release), or in a recorded update every code, with -1 for
-    the entries to leave out: ignored ones (the formatter set preds and target to ``fill``)
-    and invalid ones (target, or label ``preds`` when given, not 0 or 1; reported)."""
+    the entries to leave out: ignored ones (the formatter set preds, or the curve's
+    ``scores``, and target to ``fill``) and invalid ones (target, or label ``preds`` when
+    given, not 0 or 1; reported). A target equal to ``fill`` counts as ignored where the
+    preds cannot tell (thresholded preds are bool: the fill became True there)."""
     update = recorded()
     if update is None:
         return codes[codes >= 0]
     valid = _binary(target) if preds is None else _binary(target) & _binary(preds)
     ignored = target == fill
-    if preds is not None:
-        ignored &= preds == fill
+    marks = scores if scores is not None else preds
+    if marks is not None and (marks.is_floating_point() or marks.dtype == target.dtype):
+        ignored &= marks == fill  # a target of that value not marked by the formatter is invalid
     update.bad(~(valid | ignored))
     if codes.dim() == valid.dim() + 1:  # the curve's codes: one per threshold
         valid = valid.unsqueeze(-1).expand_as(codes)
@@ -220,6 +223,6 @@ MULTILABEL_CONFUSION = Rewrite(
 )
 MULTILABEL_CURVE = Rewrite(
     (Edit(_NEGATIVES, "unique_mapping = _tmpatch_multilabel_codes(unique_mapping, None, target, "
-                      "-4 * num_labels * len_t)"),),
+                      "-4 * num_labels * len_t, preds)"),),
     _names,
 )

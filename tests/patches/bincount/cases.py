@@ -1,0 +1,253 @@
+"""What the bincount tests share: the covered metrics, generated batches, and comparisons
+with the release (a reference metric built unpatched in every example)."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from hypothesis import strategies as st
+
+import tmpatch
+from tests.conftest import assert_bitwise, release_in
+from torchmetrics import classification as cls
+
+#: the start of the report a patched compute() raises
+MESSAGE = "tmpatch bincount: "
+
+STAT_SCORES = [cls.MulticlassStatScores, cls.MulticlassAccuracy, cls.MulticlassPrecision, cls.MulticlassRecall,
+               cls.MulticlassF1Score]
+AVERAGES = ["micro", "macro", "weighted", "none"]
+CONFUSION = {
+    "binary": [cls.BinaryConfusionMatrix, cls.BinaryJaccardIndex, cls.BinaryMatthewsCorrCoef, cls.BinaryCohenKappa],
+    "multiclass": [cls.MulticlassConfusionMatrix, cls.MulticlassJaccardIndex, cls.MulticlassMatthewsCorrCoef,
+                   cls.MulticlassCohenKappa],
+    "multilabel": [cls.MultilabelConfusionMatrix, cls.MultilabelJaccardIndex, cls.MultilabelMatthewsCorrCoef],
+}
+CURVES = {
+    "binary": [cls.BinaryPrecisionRecallCurve, cls.BinaryROC, cls.BinaryAUROC, cls.BinaryAveragePrecision],
+    "multiclass": [cls.MulticlassPrecisionRecallCurve, cls.MulticlassROC, cls.MulticlassAUROC,
+                   cls.MulticlassAveragePrecision],
+    "multilabel": [cls.MultilabelPrecisionRecallCurve, cls.MultilabelROC, cls.MultilabelAUROC,
+                   cls.MultilabelAveragePrecision],
+}
+#: ``average`` of the multiclass curve ("micro": one-hot, flattened) from 1.3.0
+MULTICLASS_CURVE_AVERAGE = release_in(">=1.3.0")
+
+
+def apply() -> None:
+    """Apply bincount (with deferred_reports, which it requires)."""
+    states = tmpatch.apply("bincount").states()
+    assert states["bincount"] == states["deferred_reports"] == "applied", states
+
+
+def unpatched() -> None:
+    """Revert before building a reference: a hypothesis test runs many examples in one
+    test (the conftest fixture reverts once per test)."""
+    tmpatch.revert()
+
+
+def build(kind: str, metric_cls: type, size: int, **kwargs: Any):
+    return metric_cls(**kwargs) if kind == "binary" else metric_cls(size, **kwargs)
+
+
+def tensors(value: Any) -> List[torch.Tensor]:
+    """Every tensor of a metric result (a tensor, or nested tuples / lists / dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for key in sorted(value) for t in tensors(value[key])]
+    return [t for item in value for t in tensors(item)]
+
+
+def outcome(metric) -> Any:
+    """``compute()``'s tensors, or the error it raised (class and message)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch.no_grad():
+                return tensors(metric.compute())
+        except Exception as exc:  # noqa: BLE001 - the release's own errors are compared
+            return f"{type(exc).__name__}: {exc}"
+
+
+def updates(metric, batches: Sequence[Tuple[Any, Any]], forward: bool = False) -> Any:
+    """Run the updates (or forwards); the per-batch values, or the error raised (class and message)."""
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            for p, t in batches:
+                out.append(metric(p, t) if forward else metric.update(p, t))
+        except Exception as exc:  # noqa: BLE001 - the release's own errors are compared
+            return f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def states(metric) -> List[Any]:
+    return [getattr(metric, name) for name in metric._defaults]
+
+
+def assert_same_outcome(got: Any, want: Any) -> None:
+    assert type(got) is type(want), (got, want)
+    if isinstance(want, str):
+        assert got == want
+    else:
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_bitwise(g, w)
+
+
+def assert_same(patched, expected) -> None:
+    """Same states (bitwise) and the same ``compute()`` outcome."""
+    for got, want in zip(states(patched), states(expected)):
+        if isinstance(want, list):
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                assert_bitwise(g, w)
+        else:
+            assert_bitwise(got, want)
+    assert_same_outcome(outcome(patched), outcome(expected))
+
+
+def pair(make, batches, forward: bool = False):
+    """A reference built unpatched and the same metric patched, both fed ``batches``
+    (``forward``: by forward(), whose per-batch values are compared too)."""
+    unpatched()
+    expected = make()
+    want = updates(expected, batches, forward)
+    apply()
+    metric = make()
+    got = updates(metric, batches, forward)
+    if isinstance(want, str) or isinstance(got, str):  # the release's own error, the same
+        assert got == want
+    elif forward:
+        for g, w in zip(got, want):
+            assert_same_outcome(tensors(g), tensors(w))
+    return metric, expected
+
+
+# -- generated batches -----------------------------------------------------------------------
+def _floats(draw, shape, form: str) -> torch.Tensor:
+    count = int(torch.Size(shape).numel())
+    if form == "probs":
+        values = st.floats(0.0, 1.0, width=32)
+    elif form == "logits":  # outside [0, 1] everywhere: any subset of them is "logits" too
+        values = st.one_of(st.floats(-4.0, -0.25, width=32), st.floats(1.25, 4.0, width=32))
+    else:  # anything: the formatter decides on all of them
+        values = st.floats(-4.0, 4.0, width=32)
+    return torch.tensor(draw(st.lists(values, min_size=count, max_size=count)), dtype=torch.float32).reshape(shape)
+
+
+@st.composite
+def classification_batches(draw, kind: str, labels_allowed: bool, invalid: bool = False,
+                           extra_dims: bool = True):
+    """Batches for ``kind``: ``(size, ignore_index, [(preds, target)])``. ``invalid``: some
+    targets (and label preds) are not valid classes (never equal to ``ignore_index``)."""
+    size = draw(st.integers(2, 5))
+    ignore = draw(st.sampled_from([None, -1, 0, 1, 255]))
+    classes = 2 if kind != "multiclass" else size
+    extra = draw(st.sampled_from([(), (2,)])) if extra_dims else ()
+    wrong = [v for v in (classes, classes + 1, -1, -100, 255, 7) if v != ignore]
+    batches = []
+    for _ in range(draw(st.integers(1, 3))):
+        n = draw(st.integers(1, 9))
+        shape = (n, size) + extra if kind == "multilabel" else (n,) + extra
+        count = int(torch.Size(shape).numel())
+        choices = [st.integers(0, classes - 1)]
+        if ignore is not None:
+            choices.append(st.just(ignore))
+        if invalid:
+            choices.append(st.sampled_from(wrong))
+        target = torch.tensor(draw(st.lists(st.one_of(*choices), min_size=count, max_size=count)),
+                              dtype=torch.int64).reshape(shape)
+        preds_shape = (n, size) + extra if kind == "multiclass" else shape
+        forms = ["probs", "logits", "mixed"] + (["labels"] if labels_allowed else [])
+        form = draw(st.sampled_from(forms if not invalid else [f for f in forms if f != "mixed"]))
+        if form == "labels":
+            labels = [st.integers(0, classes - 1)] + ([st.sampled_from(wrong)] if invalid else [])
+            preds = torch.tensor(draw(st.lists(st.one_of(*labels), min_size=count, max_size=count)),
+                                 dtype=torch.int64).reshape(shape)
+        else:
+            preds = _floats(draw, preds_shape, form)
+            if ignore is not None and draw(st.booleans()):  # logits at ignored positions only
+                ignored = (target == ignore).unsqueeze(1) if kind == "multiclass" else target == ignore
+                preds = torch.where(ignored.expand_as(preds), preds * 3 - 5, preds)
+        batches.append((preds, target))
+    return size, ignore, batches
+
+
+def thresholds(draw) -> Any:
+    form = draw(st.sampled_from(["int", "list", "tensor"]))
+    if form == "int":
+        return draw(st.integers(2, 7))
+    values = draw(st.lists(st.floats(0, 1, width=32), min_size=1, max_size=6))
+    return values if form == "list" else torch.tensor(values)
+
+
+# -- invalid input: the release on the valid positions alone ------------------------------------
+def invalid_mask(kind: str, size: int, ignore: Optional[int], preds: torch.Tensor, target: torch.Tensor):
+    """True where a position is not valid (and not ignored): a target, or a label
+    prediction, outside the classes."""
+    classes = 2 if kind != "multiclass" else size
+    bad = (target < 0) | (target >= classes)
+    if not preds.is_floating_point():
+        bad |= (preds < 0) | (preds >= classes)
+    if ignore is not None:
+        bad &= target != ignore
+    return bad
+
+
+def valid_only(kind: str, size: int, ignore: Optional[int], batches) -> Tuple[Optional[int], list, int]:
+    """``(ignore_index, batches, invalid count)`` for a reference fed the valid positions alone:
+    binary and multiclass positions are removed (dimensions flattened); multilabel elements
+    cannot be, so their target becomes the reference's ``ignore_index`` (-1 when the
+    metric has none: the release then leaves them out)."""
+    reference_ignore = ignore if ignore is not None or kind != "multilabel" else -1
+    out, count = [], 0
+    for preds, target in batches:
+        bad = invalid_mask(kind, size, ignore, preds, target)
+        count += int(bad.sum())
+        if kind == "multilabel":
+            out.append((preds, target.masked_fill(bad, reference_ignore)))
+            continue
+        keep = ~bad.flatten()
+        if kind == "multiclass" and preds.dim() == target.dim() + 1:  # (N, C, ...) scores: rows of C
+            rows = preds.movedim(1, -1).reshape(-1, preds.shape[1])
+            p = rows[keep]
+        else:
+            p = preds.flatten()[keep]
+        t = target.flatten()[keep]
+        if t.numel():
+            out.append((p, t))
+    return reference_ignore, out, count
+
+
+def message_count(text: str) -> int:
+    """The number of values a bincount report names."""
+    assert text.startswith(MESSAGE), text
+    return int(text[len(MESSAGE):].split(" ", 1)[0])
+
+
+def reports(metric) -> Tuple[Optional[str], Any]:
+    """``(the report raised at the first compute, or None; the next compute's outcome)``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch.no_grad():
+                metric.compute()
+            first = None
+        except RuntimeError as exc:
+            first = str(exc)
+    return first, outcome(metric)
+
+
+def curve_kwargs(draw, kind: str, metric_cls: type, validate: bool) -> Dict[str, Any]:
+    """Binned-curve arguments: thresholds, and ``average`` of the multiclass curve (1.3.0+)."""
+    chosen = thresholds(draw)
+    kwargs: Dict[str, Any] = {"thresholds": chosen}
+    if kind == "multiclass" and metric_cls is cls.MulticlassPrecisionRecallCurve and MULTICLASS_CURVE_AVERAGE:
+        kwargs["average"] = draw(st.sampled_from([None, "micro", "macro"]))
+    if isinstance(chosen, list) and validate:
+        kwargs["thresholds"] = sorted(chosen)  # the release's validation wants them sorted
+    return kwargs

@@ -1,0 +1,311 @@
+"""coalesced_sync in one process, on every release of the matrix.
+
+* the plan lists exactly the tensors the release's own ``_sync_dist`` hands its
+  ``dist_sync_fn`` (recorded through a user-supplied function, which keeps the
+  release's path), for every kind of state, on every ``_sync_dist``
+  implementation;
+* on a gloo process group of one rank: the same values, bit for bit, in 2
+  all_gathers where the release makes 31 (a metric) or 21 (a collection), and
+  the local entry keeps its autograd graph exactly where the release (or
+  ``gather_autograd``) keeps it;
+* the header cannot be taken for anything an unpatched rank sends;
+* status, revert, and code not recognised.
+
+Real multi-rank runs are in tests/distributed/test_coalesced_sync_ddp.py.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, List
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import tmpatch
+from tests.conftest import release_in
+from tests.distributed.coalesce_workers import COLLECTIVES, Counter, classes, collection
+from tests.distributed.test_coalesced_sync_ddp import assert_same
+
+KEEPS_GRAPH = release_in(">=1.6.0")
+
+
+@pytest.fixture
+def world_of_one(tmp_path):
+    """A gloo process group of one rank in this process, and a collective counter."""
+    import torch.distributed as dist
+
+    saved = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        yield Counter()
+    finally:
+        for name, value in saved.items():
+            setattr(dist, name, value)
+        dist.destroy_process_group()
+
+
+def _mixed(rows: int = 2, **kwargs: Any) -> Any:
+    metric = classes()["Mixed"](**kwargs)
+    for step in range(2):
+        metric.update("unit", step, 0, rows)
+    return metric
+
+
+def _rules() -> Any:
+    from tmpatch.patches.coalesced_sync import _rules
+
+    return _rules()
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2])
+def test_plan_is_what_the_release_hands_its_dist_sync_fn(rows):
+    """0 rows: empty ``cat`` lists (1.4.0+: an empty float tensor; before: nothing);
+    1 row: a one-element list (not pre-concatenated); 2: pre-concatenated."""
+    from tmpatch.patches.coalesced_sync.plan import STATE, plan
+
+    metric = _mixed(rows)
+    entries = plan(metric, _rules())
+    seen: List[torch.Tensor] = []
+
+    def record(tensor: torch.Tensor, group: Any = None) -> List[torch.Tensor]:
+        seen.append(tensor)
+        return [tensor]
+
+    metric._sync_dist(record)  # a user-supplied function: the release's own path
+    assert len(entries) == len(seen)
+    for entry, tensor in zip(entries, seen):
+        assert (entry.tensor.shape, entry.tensor.dtype, entry.tensor.device) == (tensor.shape, tensor.dtype,
+                                                                                 tensor.device), entry.key
+        assert torch.equal(entry.tensor, tensor), entry.key
+        assert entry.matches(tensor), entry.key
+        assert (entry.kind == STATE) == (tensor is entry.tensor), entry.key
+    keys = [entry.key for entry in entries]
+    assert ("preds" in keys) == (rows > 0 or release_in(">=1.4.0"))
+
+
+def test_status_bindings_and_revert():
+    from torchmetrics import Metric, MetricCollection
+
+    originals = (vars(Metric)["_sync_dist"], vars(MetricCollection)["compute"])
+    report = tmpatch.apply("coalesced_sync")
+    assert report["coalesced_sync"].state == "applied", report["coalesced_sync"]
+    assert tmpatch.is_patched(vars(Metric)["_sync_dist"]) and tmpatch.is_patched(vars(MetricCollection)["compute"])
+    assert tmpatch.get_original(vars(Metric)["_sync_dist"]) is originals[0]
+    tmpatch.revert()
+    assert (vars(Metric)["_sync_dist"], vars(MetricCollection)["compute"]) == originals
+    assert vars(Metric)["_sync_dist"] is originals[0]
+
+
+def test_code_not_recognised_is_left_alone(monkeypatch):
+    from torchmetrics import Metric
+
+    from tmpatch.patches import coalesced_sync
+
+    original = vars(Metric)["_sync_dist"]
+    monkeypatch.setattr(coalesced_sync, "GATHER", {})
+    coalesced_sync._rules_for.cache_clear()
+    try:
+        row = tmpatch.apply("coalesced_sync")["coalesced_sync"]
+    finally:
+        coalesced_sync._rules_for.cache_clear()
+    assert row.state == "failed" and "gather_all_tensors not recognised" in row.reason, row
+    assert vars(Metric)["_sync_dist"] is original
+
+
+def test_without_a_process_group_nothing_changes():
+    metric = _mixed()
+    tmpatch.apply("coalesced_sync")
+    value = metric.compute()  # not distributed: no sync at all, as the release
+    assert not metric._is_synced and torch.equal(value["total"], metric.total)
+
+
+def _run(counter: Counter, build: Any) -> Any:
+    subject = build()
+    counter.take()
+    value = subject.compute()
+    return value, counter.take()
+
+
+@pytest.mark.parametrize("what", ["metric", "collection", "groups"])
+def test_world_of_one_values_and_collectives(world_of_one, what):
+    def build() -> Any:
+        if what == "metric":
+            return _mixed()
+        coll = collection("issue" if what == "collection" else "groups")
+        coll.update(value=torch.arange(3.0), preds=torch.tensor([0, 1, 2]), target=torch.tensor([0, 2, 2]))
+        return coll
+
+    expected, release_calls = _run(world_of_one, build)
+    tmpatch.apply("coalesced_sync")
+    got, calls = _run(world_of_one, build)
+    assert_same(got, expected, what)
+    assert calls == ["all_gather", "all_gather"]
+    assert len(release_calls) == {"metric": 31, "collection": 21, "groups": 45}[what], release_calls
+
+
+def test_world_of_one_conjugate_and_negative_views(world_of_one):
+    """States that are lazy negative or conjugate views are sent as their values. The
+    release gathers a negative view; it cannot gather a conjugate one (torch's
+    ``all_gather`` refuses it), where tmpatch sends the resolved values."""
+    def run(conj: bool) -> Any:
+        torch.manual_seed(0)
+        metric = _mixed()
+        metric.avg = torch.randn(2, dtype=torch.complex128).conj().imag  # a negative view of real numbers
+        if conj:
+            metric.total = torch.randn(3, dtype=torch.complex64).conj()
+        world_of_one.take()
+        try:
+            return metric.compute(), world_of_one.take()
+        except RuntimeError as exc:
+            return exc, world_of_one.take()
+
+    expected, _ = run(False)
+    refused, _ = run(True)
+    assert "conj" in str(refused)
+    tmpatch.apply("coalesced_sync")
+    got, calls = run(False)
+    assert_same(got, expected, "negative view")
+    assert calls == ["all_gather", "all_gather"]
+    got, calls = run(True)
+    torch.manual_seed(0)
+    _mixed()
+    torch.randn(2, dtype=torch.complex128)
+    assert torch.equal(got["total"], torch.randn(3, dtype=torch.complex64).conj().resolve_conj())
+
+
+def test_world_of_one_direct_sync_dist_and_subclass_without_args(world_of_one):
+    """``_sync_dist()`` with its defaults, as a subclass calling ``super()`` would."""
+    metric = _mixed()
+    expected = metric.total.clone()
+    tmpatch.apply("coalesced_sync")
+    world_of_one.take()
+    metric._sync_dist()
+    assert world_of_one.take() == ["all_gather", "all_gather"]
+    assert_same(metric.total, expected, "total")
+
+
+def test_world_of_one_subclass_overriding_sync_dist_coalesces_through_super(world_of_one):
+    """As MeanAveragePrecision does: its own ``_sync_dist`` calls ``super()._sync_dist``."""
+    base = classes()["Mixed"]
+
+    class Own(base):
+        def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
+            super()._sync_dist(dist_sync_fn=dist_sync_fn, process_group=process_group)
+            self.extra_seen = True
+
+    def run() -> Any:
+        metric = Own()
+        metric.update("own", 0, 0, 2)
+        world_of_one.take()
+        return metric.compute(), world_of_one.take(), getattr(metric, "extra_seen", False)
+
+    expected, release_calls, seen = run()
+    tmpatch.apply("coalesced_sync")
+    got, calls, seen_patched = run()
+    assert_same(got, expected, "Own")
+    assert calls == ["all_gather", "all_gather"] and len(release_calls) > 2 and seen and seen_patched
+
+
+@pytest.mark.parametrize("patches", [["coalesced_sync"], ["gather_autograd", "coalesced_sync"]])
+def test_world_of_one_local_graph_as_the_release(world_of_one, patches):
+    """The synced state carries the local graph where the release (1.6.0+) or
+    gather_autograd keeps it, and does not where the release drops it."""
+    from tmpatch.patches.coalesced_sync import flow
+
+    def synced() -> torch.Tensor:
+        x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        metric = _mixed()
+        metric.total = x * 2
+        metric._sync_dist()
+        return metric.total
+
+    if "gather_autograd" in patches:
+        tmpatch.apply("gather_autograd")
+    release = synced().requires_grad
+    tmpatch.apply(patches)
+    assert tmpatch.status()["coalesced_sync"].state == "applied"
+    calls: List[Any] = []
+    real = flow.wire.exchange
+    flow.wire.exchange = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        patched = synced()
+    finally:
+        flow.wire.exchange = real
+    assert calls == [1]
+    assert patched.requires_grad == release == (KEEPS_GRAPH or "gather_autograd" in patches)
+    if patched.requires_grad:
+        patched.sum().backward()
+
+
+def test_world_of_one_records_ride_along(world_of_one, monkeypatch):
+    """With ``tmpatch.deferred``'s ``local_records``/``set_synced`` (a stand-in here), each
+    metric's records travel in the exchange and come back summed, with no collective of
+    their own; one set_synced per metric synced."""
+    from tmpatch import deferred
+
+    synced: List[Any] = []
+    monkeypatch.setattr(deferred, "local_records", lambda m: dict(getattr(m, "_records", {})), raising=False)
+    monkeypatch.setattr(deferred, "set_synced", lambda m, totals: synced.append(
+        (type(m).__name__, {k: (int(v), v.dtype, v.shape) for k, v in totals.items()})), raising=False)
+    tmpatch.apply("coalesced_sync")
+    metric = _mixed()
+    metric._records = {"nan": torch.tensor(3), "range": torch.tensor(7, dtype=torch.int32)}
+    world_of_one.take()
+    metric.compute()
+    coll = collection("issue")
+    coll.update(value=torch.arange(3.0), preds=torch.tensor([0, 1, 2]), target=torch.tensor([0, 2, 2]))
+    coll["acc"]._records = {"nan": torch.tensor(2)}
+    coll.compute()
+    assert world_of_one.take() == ["all_gather"] * 4
+    scalar = (torch.int64, torch.Size([]))
+    assert len(synced) == 5 and dict(synced) == {
+        "Mixed": {"nan": (3,) + scalar, "range": (7,) + scalar},
+        "MeanMetric": {}, "SumMetric": {}, "MulticlassAccuracy": {"nan": (2,) + scalar},
+        "MulticlassConfusionMatrix": {},
+    }
+
+
+def test_header_is_never_an_unpatched_message():
+    from tmpatch.patches.coalesced_sync import wire
+
+    assert wire.HEADER_BYTES % 8 != 0 and wire.HEADER_BYTES > 16
+    request = wire.Request(wire.METRIC)
+    good = wire._header(request, 0, 2, 10, 32)
+    assert len(good) == wire.HEADER_BYTES and wire._read_header(good, 0)[0] == wire.MAGIC
+    shapes = torch.tensor([3, 2], dtype=torch.int64).numpy().tobytes()  # what gather_all_tensors sends first
+    for raw in (shapes, b"\x01", good[:-1]):
+        padded = raw + bytes(wire.HEADER_BYTES - len(raw))  # gloo copies a shorter message into a zeroed slot
+        with pytest.raises(wire.CoalescedSyncError, match="did not send a coalesced-sync header"):
+            wire._read_header(padded, 1)
+
+
+def test_a_foreign_wrapper_of_the_gather_is_the_users_function():
+    import functools
+
+    from torchmetrics.utilities import distributed
+
+    rules = _rules()
+    gather = distributed.gather_all_tensors
+    assert rules.is_default(gather)
+
+    @functools.wraps(gather)
+    def profiled(*args: Any, **kwargs: Any) -> Any:
+        return gather(*args, **kwargs)
+
+    assert not rules.is_default(profiled) and not rules.is_default(lambda t, group=None: [t])
+
+
+@pytest.mark.skipif(not release_in("<1.6.0"), reason="gather_autograd is applied only before 1.6.0")
+def test_gather_autograd_layer_counts_as_the_default():
+    from torchmetrics.utilities import distributed
+
+    tmpatch.apply(["gather_autograd"])
+    rules = _rules()
+    assert tmpatch.is_patched(distributed.gather_all_tensors)
+    assert rules.is_default(distributed.gather_all_tensors) and rules.local_graph(distributed.gather_all_tensors)
+    assert not rules.local_graph(tmpatch.get_original(distributed.gather_all_tensors))
+
+
+def test_environment_of_the_suite_has_no_process_group():
+    assert not (dist.is_available() and dist.is_initialized()), os.environ.get("RANK")

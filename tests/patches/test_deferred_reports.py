@@ -1,0 +1,449 @@
+"""deferred_reports with real metrics (issue #11): nothing lost, nothing repeated, nothing leaked.
+
+A NaN seen by ``nan_check`` (``nan_strategy="error"``/``"warn"``) or an invalid class seen by
+``bincount`` is reported once, at the user's next explicit ``compute()`` of the metric or of a
+wrapper or collection holding it, whatever happens in between; and nothing of tmpatch shows in
+a metric's state_dict, metric_state, merge_state, _defaults or pickles. The numbered sections
+follow the issue's items (7, DDP: test_deferred_reports_ddp.py; 8, engine: tests/test_engine.py
+and tests/test_api.py; 9, fidelity: test_nan_check.py).
+"""
+from __future__ import annotations
+
+import copy
+import pickle
+import threading
+import warnings
+from typing import Any, Callable, List, Tuple
+
+import pytest
+import torch
+
+import tmpatch
+from tests.conftest import assert_bitwise, release_in, run_python
+from tmpatch import deferred
+from torchmetrics import Metric, MetricCollection
+from torchmetrics.aggregation import MeanMetric, SumMetric
+from torchmetrics.classification import (
+    BinaryAUROC,
+    MulticlassAccuracy,
+    MulticlassConfusionMatrix,
+)
+from torchmetrics.wrappers import (
+    BootStrapper,
+    ClasswiseWrapper,
+    MetricTracker,
+    MinMaxMetric,
+    MultioutputWrapper,
+    MultitaskWrapper,
+    Running,
+)
+
+NAN = float("nan")
+SPELLING = "Encounted" if release_in("<1.2.1") else "Encountered"
+NAN_ERROR = f"{SPELLING} `nan` values in tensor"
+BINCOUNT_ERROR = "tmpatch bincount: "
+MERGE_STATE = hasattr(Metric, "merge_state")
+
+
+def _apply() -> None:
+    states = tmpatch.apply().states()
+    for name in ("deferred_reports", "nan_check", "bincount"):
+        assert states[name] == "applied", (name, states)
+
+
+def _accuracy(**kwargs: Any) -> MulticlassAccuracy:
+    return MulticlassAccuracy(num_classes=3, validate_args=False, **kwargs)
+
+
+#: (name, builder, bad update arguments, good update arguments, the message of the report)
+SINGLE = [
+    ("nan", lambda: MeanMetric(nan_strategy="error"), (torch.tensor([NAN, 1.0]),), (torch.tensor([1.0]),), NAN_ERROR),
+    ("bincount", _accuracy, (torch.tensor([0, 1, 2]), torch.tensor([0, 3, 2])),
+     (torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2])), BINCOUNT_ERROR),
+]
+SINGLE_IDS = [case[0] for case in SINGLE]
+
+
+def _errors(calls: List[Callable[[], Any]]) -> str:
+    """Run ``calls``; one letter each: ``.`` done, ``E`` raised RuntimeError."""
+    out = ""
+    for call in calls:
+        try:
+            call()
+            out += "."
+        except RuntimeError:
+            out += "E"
+    return out
+
+
+def _warnings(records, text: str) -> int:
+    return len([w for w in records if text in str(w.message)])
+
+
+# -- reports: once, at the user's compute ----------------------------------------------------
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_reported_once_at_the_next_compute_never_in_forward(name, build, bad, good, message):
+    _apply()
+    metric = build()
+    metric(*bad)  # forward: its own compute reports nothing
+    metric(*good)
+    with pytest.raises(RuntimeError, match=message):
+        metric.compute()
+    metric.compute()
+    metric.update(*good)
+    metric.compute()
+
+
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_item1_a_forward_that_raised_silences_nothing(name, build, bad, good, message):
+    """Item 1: torchmetrics leaves ``_should_unsync=False`` after a forward that raised."""
+    _apply()
+    metric = build()
+    wrong = (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0, 3.0])) if name == "nan" else (
+        torch.tensor([0, 1]), torch.tensor([0, 1, 2]))  # shapes that do not match
+    with pytest.raises(RuntimeError):
+        metric(*wrong)
+    assert metric._should_unsync is False  # the release's flag, left as it was mid-forward
+    metric.update(*bad)
+    assert _errors([metric.compute, metric.compute]) == "E."
+
+
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_item1_an_update_that_raised_keeps_the_pending_report(name, build, bad, good, message):
+    _apply()
+    metric = build()
+    metric.update(*bad)
+    with pytest.raises((RuntimeError, ValueError, TypeError, AttributeError)):
+        metric.update("not a tensor", "nor this")
+    with pytest.raises(RuntimeError, match=message):
+        metric.compute()
+
+
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_reset_by_the_user_clears_the_report(name, build, bad, good, message):
+    _apply()
+    metric = build()
+    metric.update(*bad)
+    metric.reset()
+    metric.update(*good)
+    metric.compute()
+
+
+# -- item 2: revert() keeps a pending report ----------------------------------------------------
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_item2_revert_keeps_the_pending_report(name, build, bad, good, message):
+    _apply()
+    metric = build()
+    metric.update(*bad)
+    tmpatch.revert()
+    with pytest.raises(RuntimeError, match=message):
+        metric.compute()
+    metric.compute()
+
+
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_item2_after_revert_forward_keeps_it_and_reset_clears_it(name, build, bad, good, message):
+    _apply()
+    kept, cleared = build(), build()
+    for metric in (kept, cleared):
+        metric.update(*bad)
+    tmpatch.revert()
+    kept(*good)  # forward resets the metric for itself: not the user's reset
+    cleared.reset()
+    cleared(*good)
+    with pytest.raises(RuntimeError, match=message):
+        kept.compute()
+    cleared.compute()
+
+
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_item2_revert_then_apply_again_keeps_it(name, build, bad, good, message):
+    _apply()
+    metric = build()
+    metric.update(*bad)
+    tmpatch.revert()
+    _apply()
+    metric.update(*good)
+    assert _errors([metric.compute, metric.compute]) == "E."
+
+
+def test_item2_apply_and_revert_in_threads_lose_no_report():
+    """Other threads apply and revert while a metric built applied sees a NaN and an
+    invalid class on every step: each is reported exactly once, in update() (reverted
+    at that moment: the release's check) or at the next compute()."""
+    _apply()
+    metrics = [SumMetric(nan_strategy="error"), _accuracy()]
+    bad = [(torch.tensor([NAN, 1.0]),), (torch.tensor([0, 1]), torch.tensor([0, 3]))]
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            tmpatch.apply()
+            tmpatch.revert()
+
+    threads = [threading.Thread(target=churn) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    steps, counts = 30, [0, 0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(steps):
+                for i, metric in enumerate(metrics):
+                    try:
+                        metric.update(*bad[i])
+                    except RuntimeError:
+                        counts[i] += 1
+                    counts[i] += _errors([metric.compute, metric.compute]).count("E")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert counts == [steps, steps]
+
+
+# -- item 3: checkpoints -------------------------------------------------------------------------
+def _collection() -> MetricCollection:
+    return MetricCollection({"mean": MeanMetric(), "acc": _accuracy()})
+
+
+_VALID_C = (torch.tensor([0, 1, 1]), torch.tensor([0, 1, 2]))  # the valid positions of _INVALID_C
+_INVALID_C = (torch.tensor([0, 1, 2, 1]), torch.tensor([0, 1, 3, 2]))
+_CURVE = (torch.tensor([0.1, 0.8, 0.4, 0.7]), torch.tensor([0, 1, 2, 1]))
+_CURVE_VALID = (torch.tensor([0.1, 0.8, 0.7]), torch.tensor([0, 1, 1]))
+
+#: name -> (builder, what the patched metric is fed (a pending report included), what the
+#: unpatched one is fed: the same, less the invalid classes the release would raise on)
+CHECKPOINTED = {
+    "MeanMetric": (MeanMetric, [(torch.tensor([1.0, NAN, 4.0]),)], [(torch.tensor([1.0, NAN, 4.0]),)]),
+    "SumMetric": (SumMetric, [(torch.tensor([1.0, NAN, 4.0]),)], [(torch.tensor([1.0, NAN, 4.0]),)]),
+    "MulticlassAccuracy": (_accuracy, [_INVALID_C], [_VALID_C]),
+    "MulticlassConfusionMatrix": (lambda: MulticlassConfusionMatrix(3, validate_args=False), [_INVALID_C], [_VALID_C]),
+    "BinaryAUROC": (lambda: BinaryAUROC(thresholds=5, validate_args=False), [_CURVE], [_CURVE_VALID]),
+    "MetricCollection": (_collection, [("mean", torch.tensor([1.0, NAN, 4.0])), ("acc",) + _INVALID_C],
+                         [("mean", torch.tensor([1.0, NAN, 4.0])), ("acc",) + _VALID_C]),
+}
+
+
+def _feed(metric, updates) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for args in updates:
+            if isinstance(args[0], str):  # a member of the collection
+                metric[args[0]].update(*args[1:])
+            else:
+                metric.update(*args)
+
+
+def _values(metric) -> List[torch.Tensor]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            value = metric.compute()
+        except RuntimeError:  # patched: the report of what _feed gave
+            value = metric.compute()
+    if isinstance(value, dict):
+        return [value[k] for k in sorted(value)]
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+@pytest.mark.parametrize("name", sorted(CHECKPOINTED))
+def test_item3_checkpoints_load_strictly_both_ways_with_equal_values(name):
+    build, args, valid = CHECKPOINTED[name]
+    _apply()
+    patched = build()
+    _feed(patched, args)
+    patched.persistent(True)
+    written_patched = patched.state_dict()
+    assert not [k for k in written_patched if "tmpatch" in k]
+    tmpatch.revert()
+    plain = build()
+    _feed(plain, valid)
+    plain.persistent(True)
+    written_plain = plain.state_dict()
+    assert sorted(written_patched) == sorted(written_plain)
+    loaded_plain = build()
+    loaded_plain.persistent(True)
+    loaded_plain.load_state_dict(written_patched, strict=True)  # patched checkpoint, unpatched process
+    _apply()
+    loaded_patched = build()
+    loaded_patched.persistent(True)
+    loaded_patched.load_state_dict(written_plain, strict=True)  # and the reverse
+    assert sorted(loaded_patched.state_dict()) == sorted(written_plain)
+    for metric in (loaded_plain, loaded_patched):
+        for got, want in zip(_values(metric), _values(plain)):
+            assert_bitwise(got, want)
+
+
+def test_state_dict_metric_state_and_defaults_hold_nothing_of_tmpatch():
+    _apply()
+    for metric in (MeanMetric(nan_strategy="warn"), _accuracy(), BinaryAUROC(thresholds=3), _collection()):
+        for persistent in (False, True):
+            metric.persistent(persistent)
+            assert not [k for k in metric.state_dict() if "tmpatch" in k]
+        for inner in metric.modules():
+            if isinstance(inner, Metric):
+                assert not [k for k in inner._defaults if "tmpatch" in k]
+                assert not [k for k in getattr(inner, "metric_state", {}) if "tmpatch" in k]
+                assert not [k for k in vars(inner) if "tmpatch" in k]
+
+
+# -- item 4: merge_state ---------------------------------------------------------------------
+@pytest.mark.skipif(not MERGE_STATE, reason="merge_state from 1.6.0")
+def test_item4_merge_state_expects_the_releases_keys_only():
+    _apply()
+    metric = SumMetric()
+    metric.merge_state({"sum_value": torch.tensor(2.0)})  # the release's own docstring example
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "compute called before update"
+        assert float(metric.compute()) == 2.0
+    assert sorted(metric.metric_state) == ["sum_value"]
+    left, right = MeanMetric(nan_strategy="error"), MeanMetric(nan_strategy="error")
+    left.update(torch.tensor([1.0, 2.0]))
+    right.update(torch.tensor([3.0, NAN]))  # a pending report stays with the metric that saw it
+    left.merge_state(right)
+    assert float(left.compute()) == 2.0
+    with pytest.raises(RuntimeError, match=NAN_ERROR):
+        right.compute()
+
+
+# -- item 5: wrappers report once --------------------------------------------------------------
+def _tracker(metric):
+    tracker = MetricTracker(metric)
+    tracker.increment()
+    return tracker
+
+
+_BAD_C = (torch.tensor([0, 1, 2]), torch.tensor([0, 3, 3]))
+_GOOD_C = (torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2]))
+_BAD_N, _GOOD_N = (torch.tensor([NAN, NAN]),), (torch.tensor([1.0]),)
+
+WRAPPED = {
+    "Running-bincount": (lambda: Running(_accuracy(), window=3), _BAD_C, _GOOD_C),
+    "Running-nan": (lambda: Running(MeanMetric(nan_strategy="error"), window=3), _BAD_N, _GOOD_N),
+    "BootStrapper-bincount": (lambda: BootStrapper(_accuracy(), num_bootstraps=4, sampling_strategy="multinomial"),
+                              (torch.tensor([0, 1, 2]), torch.tensor([3, 3, 3])), _GOOD_C),
+    "BootStrapper-nan": (lambda: BootStrapper(MeanMetric(nan_strategy="error"), num_bootstraps=4,
+                                              sampling_strategy="multinomial"), _BAD_N, _GOOD_N),
+    "MultioutputWrapper-bincount": (lambda: MultioutputWrapper(_accuracy(), num_outputs=2),
+                                    (torch.tensor([[0, 1], [1, 2]]), torch.tensor([[0, 3], [1, 3]])),
+                                    (torch.tensor([[0, 1], [1, 2]]), torch.tensor([[0, 1], [1, 2]]))),
+    "MultioutputWrapper-nan": (lambda: MultioutputWrapper(MeanMetric(nan_strategy="error"), num_outputs=2,
+                                                          remove_nans=False),
+                               (torch.tensor([[NAN, 1.0], [1.0, NAN]]),), (torch.tensor([[1.0, 1.0]]),)),
+    "ClasswiseWrapper": (lambda: ClasswiseWrapper(_accuracy(average=None)), _BAD_C, _GOOD_C),
+    "MinMaxMetric-bincount": (lambda: MinMaxMetric(_accuracy()), _BAD_C, _GOOD_C),
+    "MinMaxMetric-nan": (lambda: MinMaxMetric(MeanMetric(nan_strategy="error")), _BAD_N, _GOOD_N),
+    "MetricTracker": (lambda: _tracker(_accuracy()), _BAD_C, _GOOD_C),
+    "MetricCollection-bincount": (
+        lambda: MetricCollection([_accuracy(), MulticlassConfusionMatrix(3, validate_args=False)]), _BAD_C, _GOOD_C),
+    "MetricCollection-nan": (lambda: MetricCollection({"a": MeanMetric(nan_strategy="error"),
+                                                       "b": SumMetric(nan_strategy="error")}), _BAD_N, _GOOD_N),
+    "MultitaskWrapper": (lambda: MultitaskWrapper({"a": _accuracy(), "b": MeanMetric(nan_strategy="error")}),
+                         ({"a": _BAD_C[0], "b": torch.tensor([NAN])}, {"a": _BAD_C[1], "b": torch.tensor([1.0])}),
+                         ({"a": _GOOD_C[0], "b": torch.tensor([1.0])}, {"a": _GOOD_C[1], "b": torch.tensor([1.0])})),
+}
+
+
+def _rounds(metric, bad, good) -> str:
+    calls = []
+    for step in range(4):
+        args = bad if step == 0 else good
+        calls += [lambda args=args: metric.update(*args), metric.compute]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _errors(calls)
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPED))
+def test_item5_wrappers_and_collections_report_once(name):
+    build, bad, good = WRAPPED[name]
+    assert _rounds(build(), bad, good) == "E......."  # the release: once, in update()
+    _apply()
+    assert _rounds(build(), bad, good) == ".E......"  # patched: once, at the next compute
+
+
+def test_item5_running_reports_once_while_the_batch_is_in_the_window():
+    _apply()
+    metric = Running(_accuracy(), window=3)
+    metric.update(*_BAD_C)
+    assert _errors([metric.compute, metric.compute]) == "E."
+    metric.update(*_GOOD_C)
+    assert _errors([metric.compute]) == "."  # the bad batch is still in the window: no repeat
+
+
+def test_item5_a_forward_through_a_wrapper_reports_at_its_compute():
+    _apply()
+    for metric in (Running(MeanMetric(nan_strategy="error"), window=2), MinMaxMetric(MeanMetric(nan_strategy="error"))):
+        metric(torch.tensor([NAN, 1.0]))
+        metric(torch.tensor([2.0]))
+        assert _errors([metric.compute, metric.compute]) == "E.", type(metric).__name__
+
+
+# -- item 6: compute groups ----------------------------------------------------------------------
+def _warned_group(first_nan: bool) -> Tuple[int, int, Any]:
+    collection = MetricCollection({"a": MeanMetric(nan_strategy="warn"), "b": MeanMetric(nan_strategy="warn")},
+                                  compute_groups=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        collection.update(torch.tensor([1.0, NAN if first_nan else 2.0]))
+        collection.update(torch.tensor([1.0, NAN]))
+        in_updates = _warnings(seen, SPELLING)
+        collection.compute()
+        collection.compute()
+        collection.update(torch.tensor([3.0]))
+        collection.compute()
+    return in_updates, _warnings(seen, SPELLING), collection.compute_groups
+
+
+@pytest.mark.parametrize("first_nan", [False, True])
+def test_item6_compute_groups_warn_once(first_nan):
+    during, total, groups = _warned_group(first_nan)
+    assert list(groups.values()) == [["a", "b"]]
+    assert (during, total) == ((2 + 1, 3) if first_nan else (1, 1))  # the release, in update()
+    _apply()
+    during, total, groups = _warned_group(first_nan)
+    assert list(groups.values()) == [["a", "b"]]
+    assert (during, total) == (0, 1)  # one report for the collection, at its first compute
+
+
+# -- copies and pickles ---------------------------------------------------------------------------
+def test_copies_carry_no_pending_report_and_the_original_keeps_its_own():
+    _apply()
+    metric = MeanMetric(nan_strategy="error")
+    metric.update(torch.tensor([NAN, 2.0]))
+    twins = [metric.clone(), copy.deepcopy(metric), pickle.loads(pickle.dumps(metric))]
+    for twin in twins:
+        assert float(twin.compute()) == 2.0
+        twin.update(torch.tensor([NAN]))  # a copy made while applied defers its own reports
+        with pytest.raises(RuntimeError, match=NAN_ERROR):
+            twin.compute()
+    assert _errors([metric.compute, metric.compute]) == "E."
+
+
+def test_pickles_hold_nothing_of_tmpatch_and_load_where_it_cannot_be_imported(tmp_path):
+    _apply()
+    metrics = {}
+    for name, (build, args, _) in CHECKPOINTED.items():
+        metrics[name] = build()
+        _feed(metrics[name], args)  # a pending report in each
+    tmpatch.revert()  # the watch revert() puts on a metric's update is not pickled either
+    expected = {}
+    for name, metric in metrics.items():
+        data = pickle.dumps(metric)
+        assert b"tmpatch" not in data, name
+        (tmp_path / f"{name}.pkl").write_bytes(data)
+        expected[name] = [v.tolist() for v in _values(pickle.loads(data))]
+    code = f"""
+        import sys, pickle, warnings
+        sys.modules["tmpatch"] = None  # importing tmpatch fails here
+        warnings.simplefilter("ignore")
+        for name in {sorted(metrics)!r}:
+            metric = pickle.loads(open({str(tmp_path)!r} + "/" + name + ".pkl", "rb").read())
+            value = metric.compute()
+            values = [value[k] for k in sorted(value)] if isinstance(value, dict) else (
+                list(value) if isinstance(value, tuple) else [value])
+            print(name, repr([v.tolist() for v in values]))
+    """
+    lines = run_python(code).stdout.strip().splitlines()
+    assert lines == [f"{name} {expected[name]!r}" for name in sorted(metrics)]

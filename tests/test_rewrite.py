@@ -1,0 +1,259 @@
+"""tmpatch.rewrite: a function's own code with some statements edited, on toy modules."""
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+import textwrap
+import traceback
+import types
+
+import pytest
+
+from tmpatch.rewrite import RewriteError, replacement, rewrite
+from tmpatch.spec import Edit, Rewrite
+
+TOY = '''
+from __future__ import annotations
+
+import math
+
+SCALE = 10
+
+
+def target(x, y=2, *, z=3):
+    """Scale, check, add."""
+    x = x * SCALE   # scaled
+    if x > 100:
+        raise ValueError("too big")
+    total = x + y + z
+    return total
+
+
+def nested(values):
+    out = []
+    for v in values:
+        try:
+            if v < 0:
+                v = -v
+            out.append(v)
+        except TypeError:
+            out.append(None)
+        else:
+            out.append(0)
+        finally:
+            out.append(1)
+    return out
+
+
+def twice(x):
+    x = x + 1
+    if x:
+        x = x + 1
+    return x
+
+
+def annotated(x: NotDefinedAnywhere) -> AlsoUndefined:
+    return x
+
+
+def fails_late(x):
+    x = x + 1
+    y = x * 2
+    raise KeyError(y)
+
+
+class Thing:
+    def method(self, x):
+        if not x:
+            x = math.pi
+        return self, x
+
+
+def outer():
+    k = 5
+
+    def inner(x):
+        return x + k
+
+    return inner
+
+
+@functools.lru_cache(maxsize=None)
+def decorated(x):
+    return x
+'''.replace("@functools", "import functools\n\n\n@functools")
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    path = tmp_path / "rewrite_toy.py"
+    path.write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("rewrite_toy")
+    yield module
+    sys.modules.pop("rewrite_toy", None)
+
+
+def _line(module, text: str) -> int:
+    """1-based line number of the first line of ``module``'s file containing ``text``."""
+    with open(module.__file__) as handle:
+        for number, line in enumerate(handle, 1):
+            if text in line:
+                return number
+    raise AssertionError(text)
+
+
+# -- matching ---------------------------------------------------------------------------
+def test_statements_are_matched_on_their_syntax_not_their_text(toy):
+    # other spacing, parentheses, no comment: the same tree
+    new = rewrite(toy.target, [Edit("x = (x*SCALE)", "x = x * SCALE * 2")])
+    assert toy.target(1) == 15 and new(1) == 25
+    new = rewrite(toy.target, [Edit("if x > 100:\n    raise ValueError('too big')\n")])  # removed
+    assert new(20) == 205
+    with pytest.raises(ValueError, match="too big"):
+        toy.target(20)
+
+
+def test_several_consecutive_statements_and_every_kind_of_block(toy):
+    new = rewrite(toy.target, [Edit("total = x + y + z\nreturn total", "return -1")])
+    assert new(1) == -1
+    for statement, expected in [
+        ("v = -v", [-3, 0, 1]),  # inside if inside try inside for
+        ("out.append(0)", [3, 1]),  # the try's else
+        ("out.append(1)", [3, 0]),  # finally
+    ]:
+        new = rewrite(toy.nested, [Edit(statement, "pass")])
+        assert new([-3]) == expected and toy.nested([-3]) == [3, 0, 1], statement
+    new = rewrite(toy.nested, [Edit("out.append(None)", "out.append('caught')")])  # an except handler
+    assert new(["a"]) == ["caught", 1] and toy.nested(["a"]) == [None, 1]
+
+
+def test_a_statement_not_found_or_found_twice_is_an_error(toy):
+    with pytest.raises(RewriteError, match=r"target: statement 'x = x \* 3' not found"):
+        rewrite(toy.target, [Edit("x = x * 3", "")])
+    with pytest.raises(RewriteError, match="found 2 times"):
+        rewrite(toy.twice, [Edit("x = x + 1", "x = x + 2")])
+    with pytest.raises(RewriteError, match="at least one statement"):
+        rewrite(toy.target, [Edit("  \n", "")])
+    # a statement must match whole: part of a block, or an expression inside one, is not a statement
+    with pytest.raises(RewriteError, match="not found"):
+        rewrite(toy.target, [Edit("x * SCALE", "")])
+    assert toy.twice(0) == 2  # nothing changed
+
+
+def test_an_emptied_block_gets_a_pass(toy):
+    new = rewrite(toy.twice, [Edit("if x:\n    x = x + 1\n", "")])
+    assert new(0) == 1
+    new = rewrite(toy.Thing.method, [Edit("x = math.pi", "")])  # the if's only statement
+    assert new(None, 0) == (None, 0)
+
+
+def test_edits_apply_in_order_on_the_edited_tree(toy):
+    new = rewrite(toy.target, [Edit("total = x + y + z", "total = 0"), Edit("total = 0", "total = 7")])
+    assert new(1) == 7
+
+
+# -- what is kept ------------------------------------------------------------------------
+def test_defaults_names_docstring_and_globals_are_the_functions(toy):
+    toy.target.custom = "kept"
+    new = rewrite(toy.target, [Edit("total = x + y + z", "total = x - y - z")])
+    assert new.__defaults__ == (2,) and new.__kwdefaults__ == {"z": 3}
+    assert new.__name__ == "target" and new.__qualname__ == "target" and new.__module__ == "rewrite_toy"
+    assert new.__doc__ == "Scale, check, add." and new.custom == "kept"
+    assert new.__wrapped__ is toy.target
+    assert new.__globals__ is vars(toy)  # the module's namespace: later changes are seen
+    assert new(1) == 5
+    toy.SCALE = 1
+    assert new(1) == -4
+    method = rewrite(toy.Thing.method, [Edit("x = math.pi", "x = 'none'")])
+    assert method.__qualname__ == "Thing.method"
+    thing = toy.Thing()
+    assert method(thing, 0) == (thing, "none")
+
+
+def test_helpers_are_closure_variables_and_the_module_is_untouched(toy):
+    before = dict(vars(toy))
+    seen = []
+    new = rewrite(toy.target, [Edit("total = x + y + z", "total = _tmpatch_probe(x, y, z)")],
+                  {"_tmpatch_probe": lambda *a: seen.append(a) or sum(a)})
+    assert new(1) == 15 and seen == [(10, 2, 3)]
+    assert new.__code__.co_freevars == ("_tmpatch_probe",)
+    assert "_tmpatch_probe" not in vars(toy) and dict(vars(toy)) == before
+    with pytest.raises(RewriteError, match="already uses the name"):
+        rewrite(toy.target, [Edit("total = x + y + z", "total = 0")], {"SCALE": 1})
+
+
+def test_line_numbers_and_file_are_the_releases(toy):
+    new = rewrite(toy.fails_late, [Edit("x = x + 1", "x = x + 2")])
+    assert new.__code__.co_filename == toy.fails_late.__code__.co_filename
+    assert new.__code__.co_firstlineno == toy.fails_late.__code__.co_firstlineno
+    with pytest.raises(KeyError) as caught:
+        new(1)
+    frame = traceback.extract_tb(caught.value.__traceback__)[-1]
+    assert frame.filename == toy.__file__ and frame.name == "fails_late"
+    assert frame.lineno == _line(toy, "raise KeyError(y)") and frame.line == "raise KeyError(y)"
+    # an error inside a replacement statement points at the line it replaced
+    new = rewrite(toy.fails_late, [Edit("y = x * 2", "y = x * undefined_name")])
+    with pytest.raises(NameError) as caught:
+        new(1)
+    assert traceback.extract_tb(caught.value.__traceback__)[-1].lineno == _line(toy, "y = x * 2")
+
+
+@pytest.mark.skipif(not hasattr(types.CodeType, "co_positions"), reason="column positions from Python 3.11")
+def test_column_positions_match_the_source_in_methods(toy):
+    """Python 3.11+ tracebacks underline the failing expression by its columns: in a
+    method (indented source) they must be the file's columns, not the dedented ones."""
+    original = toy.Thing.method.__code__
+    new = rewrite(toy.Thing.method, [Edit("x = math.pi", "x = math.e")]).__code__
+    positions = {(p[0], p[2]) for p in original.co_positions() if p[0] is not None and p[2] is not None}
+    line = _line(toy, "return self, x")
+    kept = {p for p in positions if p[0] == line}
+    assert kept and kept <= {(p[0], p[2]) for p in new.co_positions() if p[0] is not None}
+
+
+def test_future_flags_of_the_module_are_kept(toy):
+    """The toy module has ``from __future__ import annotations``: annotations stay strings
+    (compiled without the flag, the undefined names would be evaluated and fail)."""
+    new = rewrite(toy.annotated, [Edit("return x", "return (x,)")])
+    assert new.__annotations__ == {"x": "NotDefinedAnywhere", "return": "AlsoUndefined"}
+    assert new(1) == (1,)
+
+
+# -- what is refused ---------------------------------------------------------------------
+def test_closures_decorated_functions_and_non_functions_are_refused(toy):
+    with pytest.raises(RewriteError, match=r"closure \(k\)"):
+        rewrite(toy.outer(), [Edit("return x + k", "return x")])
+    with pytest.raises(RewriteError, match="not a Python function"):
+        rewrite(toy.decorated, [Edit("return x", "return 0")])  # an lru_cache object
+    with pytest.raises(RewriteError, match="decorated"):
+        rewrite(toy.decorated.__wrapped__, [Edit("return x", "return 0")])
+    with pytest.raises(RewriteError, match="not a Python function"):
+        rewrite(len, [Edit("return x", "")])
+    with pytest.raises(RewriteError, match="not a Python function"):
+        rewrite(functools.partial(toy.target, 1), [Edit("return total", "")])
+    square = eval("lambda x: x * x")  # noqa: S307 - no source file
+    with pytest.raises(RewriteError, match="no source"):
+        rewrite(square, [Edit("return x", "")])
+    namespace = {}
+    exec(textwrap.dedent("def made(x):\n    return x\n"), namespace)  # noqa: S102
+    with pytest.raises(RewriteError, match="no source"):
+        rewrite(namespace["made"], [Edit("return x", "")])
+
+
+# -- replacement(): several rewrites joined, for the engine ---------------------------------
+def test_replacement_joins_the_edits_of_several_rewrites(toy):
+    first = Rewrite((Edit("x = x * SCALE", "x = _tmpatch_double(x)"),),
+                    lambda module: {"_tmpatch_double": lambda v: 2 * v})
+    second = Rewrite((Edit("total = x + y + z", "total = x"),))
+    run = replacement(toy.target, toy, [first, second])
+    assert run(toy.target, 3) == 6  # the engine passes the release's function first; it is not called
+    assert run.edited.__wrapped__ is toy.target
+    with pytest.raises(RewriteError, match="start with _tmpatch_"):
+        replacement(toy.target, toy, [Rewrite((Edit("return total", "return 0"),), lambda module: {"double": 1})])
+    clash = Rewrite((Edit("return total", "return _tmpatch_double(total)"),),
+                    lambda module: {"_tmpatch_double": lambda v: v})
+    with pytest.raises(RewriteError, match="unique"):
+        replacement(toy.target, toy, [first, clash])
+    with pytest.raises(RewriteError, match="not found"):  # two rewrites editing the same statement
+        replacement(toy.target, toy, [second, Rewrite((Edit("total = x + y + z", "total = 0"),))])

@@ -1,0 +1,222 @@
+"""legacy_dice_checks: the legacy Dice metric's input checks counted on the device and reported at compute().
+
+Defect: ``torchmetrics.classification.Dice`` (1.0.0-1.6.3; removed in 1.7.0) formats its
+inputs with the legacy ``_input_format_classification``, whose checks read the device on
+every ``update()``, two to three times with the usual arguments: ``target.min() < 0``
+(``_basic_input_validation``), ``target.max() > 1`` for float ``preds`` of ``target``'s shape
+(``_check_shape_and_type_consistency``), ``target.max() >= implied_classes``
+(``_check_classification_inputs``), ``num_classes <= target.max()`` (``_check_num_classes_mc``),
+and, for integer ``preds`` or ``multiclass=False``, ``preds.min() < 0`` and the ``max() > 1``
+checks. Each raises a ``ValueError`` in ``update()``; no argument turns them off. Its
+``compute()`` (so ``forward()``) copies five numbers to the device in ``_reduce_stat_scores``
+(``tensor(zero_division, ...)`` and the like). Not fixed upstream.
+
+Repair (edits of the check statements, :mod:`tmpatch.rewrite`; the rest is the release's
+code): in an update of a Dice with a deferred-report book (built while ``deferred_reports`` is
+applied; the class ``update`` marks it), each check's device condition is counted on the
+device instead of read, and the release's ``ValueError`` (its own message) is raised once at
+the next ``compute()``. So that invalid labels cannot index out of range on the device
+meanwhile, ``to_onehot`` clamps its labels into ``[0, num_classes)`` in a marked update (valid
+labels are unchanged; on the CPU only after a failed check). On the CPU the conditions are
+read at once (free there) and only a failing update is counted: the report is the same on
+every device. ``_reduce_stat_scores``
+makes its numbers with ``torch.full`` (:func:`tmpatch.patches._device_tensors.device_tensor`).
+
+Deliberate difference: a batch that fails a check is kept in the states (its bad labels
+clamped); upstream, ``update()`` raised before adding it. The report says so; ``reset()``
+discards it. Dice without ``num_classes`` and integer ``preds`` still reads the number of
+classes from the data (the shape of what follows depends on it). Not covered (the release's
+code runs): the functional ``dice``, other users of these checks, metrics built before
+``apply()``.
+
+Releases: 1.0.0-1.6.3 (one implementation of each function, two of
+``_check_shape_and_type_consistency``); the Dice class is gone from 1.7.0.
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from tmpatch.compiled import ContextSlot, compiling
+from tmpatch import deferred
+from tmpatch.patches._device_tensors import built, swap
+from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+
+#: on the CPU, read a condition at once (free there) and count failing updates only; the tests
+#: turn it off to run the device path
+CPU_FAST = True
+
+#: check key -> the release's message (the same text in 1.0.0-1.6.3)
+MESSAGES = {
+    "target_negative": "The `target` has to be a non-negative tensor.",
+    "preds_negative": "If `preds` are integers, they have to be non-negative.",
+    "target_binary": "If you set `multiclass=False`, then `target` should not exceed 1.",
+    "preds_binary": "If you set `multiclass=False` and `preds` are integers, then `preds` should not exceed 1.",
+    "float_target": "If `preds` and `target` are of shape (N, ...) and `preds` are floats, `target` should be binary.",
+    "implied_classes": "The highest label in `target` should be smaller than the size of the `C` dimension of `preds`.",
+    "num_classes": "The highest label in `target` should be smaller than `num_classes`.",
+}
+
+
+def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
+    def report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
+        count = sum(n for _, n in found)
+        where = " on some rank" if all_ranks else ""
+        raise ValueError(
+            f"{MESSAGES[key]} (tmpatch legacy_dice_checks: {count} update(s) of {type(top).__name__}{where} since the "
+            "last compute() failed this check; reported at compute() instead of in update(). Unlike without tmpatch, "
+            "those batches were added to the metric's states, labels outside the classes clamped: reset() discards "
+            "them. Exclude the legacy_dice_checks patch to have the error raised in update())"
+        )
+
+    return report
+
+
+RECORDS = {key: deferred.Record(f"legacy_dice_checks:{key}", _reporter(key)) for key in MESSAGES}
+
+class _Update:
+    """A marked update: its metric, and whether a deferred check may have failed (labels to clamp)."""
+
+    __slots__ = ("metric", "suspect")
+
+    def __init__(self, metric: Any) -> None:
+        self.metric = metric
+        self.suspect = False
+
+
+#: the marked update running in this thread / task, if its Dice records
+_current = ContextSlot("tmpatch_legacy_dice")  # a ContextVar; a plain slot while torch.compile traces
+
+
+def build_update(module: ModuleType) -> Callable[..., Any]:
+    """``Dice.update``: mark the update (when the metric has a deferred-report book)."""
+    recorded = RECORDS["target_negative"].deferred
+
+    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not recorded(self):
+            return original(self, *args, **kwargs)
+        token = _current.set(_Update(self))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _current.reset(token)
+
+    return update
+
+
+def build_to_onehot(module: ModuleType) -> Callable[..., Any]:
+    """``to_onehot``: in a marked update where a check may have failed, labels clamped into
+    ``[0, num_classes)`` first."""
+
+    def to_onehot(original: Callable, label_tensor: Any, num_classes: Optional[int] = None) -> Any:
+        update = _current.get()
+        if update is not None and update.suspect and type(num_classes) is int and num_classes > 0:
+            label_tensor = label_tensor.clamp(0, num_classes - 1)
+        return original(label_tensor, num_classes)
+
+    return to_onehot
+
+
+def _names(module: ModuleType) -> Dict[str, Any]:
+    import torch
+
+    ones, int64 = torch.ones, torch.int64
+
+    def check(condition: Any, key: str) -> Any:
+        """The release's ``condition``; in a marked update, counted for compute() instead (False)."""
+        update = _current.get()
+        if update is None:
+            return condition
+        if CPU_FAST and condition.device.type == "cpu" and not compiling():
+            if bool(condition):  # a read costs nothing on the CPU
+                RECORDS[key].add(update.metric, ones((), dtype=int64))
+                update.suspect = True
+            return False
+        RECORDS[key].add(update.metric, condition)
+        update.suspect = True  # not known on the host: clamp
+        return False
+
+    return {"_tmpatch_check": check, "_tmpatch_tensor": built()[0]}
+
+
+def _deferred(statement: str, *conditions: Tuple[str, str]) -> Edit:
+    """``statement`` (an ``if ...: raise``) with each device ``condition`` passed through the check."""
+    new = statement
+    for condition, key in conditions:
+        new = new.replace(condition, f"_tmpatch_check({condition}, {key!r})")
+    return Edit(statement, new)
+
+
+_M = MESSAGES
+BASIC = Rewrite((
+    _deferred("if (ignore_index is None and target.min() < 0) or (ignore_index and ignore_index >= 0 and "
+              f"target.min() < 0):\n    raise ValueError({_M['target_negative']!r})",
+              ("target.min() < 0", "target_negative")),
+    _deferred(f"if not preds_float and preds.min() < 0:\n    raise ValueError({_M['preds_negative']!r})",
+              ("preds.min() < 0", "preds_negative")),
+    _deferred(f"if multiclass is False and target.max() > 1:\n    raise ValueError({_M['target_binary']!r})",
+              ("target.max() > 1", "target_binary")),
+    _deferred(f"if multiclass is False and not preds_float and preds.max() > 1:\n"
+              f"    raise ValueError({_M['preds_binary']!r})", ("preds.max() > 1", "preds_binary")),
+), _names)
+SHAPES = Rewrite((_deferred(f"if preds_float and target.numel() > 0 and target.max() > 1:\n"
+                            f"    raise ValueError({_M['float_target']!r})", ("target.max() > 1", "float_target")),),
+                 _names)
+IMPLIED = Rewrite((_deferred(f"if target.max() >= implied_classes:\n    raise ValueError({_M['implied_classes']!r})",
+                             ("target.max() >= implied_classes", "implied_classes")),), _names)
+NUM_CLASSES = Rewrite((_deferred(f"if target.numel() > 0 and num_classes <= target.max():\n"
+                                 f"    raise ValueError({_M['num_classes']!r})",
+                                 ("num_classes <= target.max()", "num_classes")),), _names)
+REDUCE = Rewrite(tuple(Edit(s, swap(s)) for s in (
+    "numerator = torch.where(\n    zero_div_mask, tensor(zero_division, dtype=numerator.dtype, "
+    "device=numerator.device), numerator\n)",
+    "denominator = torch.where(\n    zero_div_mask | ignore_mask, tensor(1.0, dtype=denominator.dtype, "
+    "device=denominator.device), denominator\n)",
+    "weights = torch.where(ignore_mask, tensor(0.0, dtype=weights.dtype, device=weights.device), weights)",
+    "scores = torch.where(torch.isnan(scores), tensor(zero_division, dtype=scores.dtype, device=scores.device), "
+    "scores)",
+    'return torch.where(ignore_mask, tensor(float("nan"), device=scores.device), scores)',
+)), _names)
+
+_CHECKS = "torchmetrics.utilities.checks"
+_LEGACY = span("1.0.0", "1.6.3")
+
+
+def _one(module: str, qualname: str, fingerprint: str, build: Any) -> Target:
+    return Target(module=module, qualname=qualname, present=_LEGACY, variants=(Variant(_LEGACY, fingerprint, build),))
+
+
+PATCH = Patch(
+    name="legacy_dice_checks",
+    summary="the legacy Dice (until 1.6.3) reads target.min()/max() in its input checks on each update() and copies "
+            "numbers in compute(); checks counted on the device and reported at compute(), numbers filled",
+    known=since("1.0.0"),
+    upstream="not fixed upstream (Dice was removed in 1.7.0)",
+    changes="a Dice input failing a check raises the release's ValueError at the next compute(), once, the batch "
+            "kept with its labels clamped (upstream: raised in update())",
+    requires=("deferred_reports",),
+    labels=(
+        Label(PATCHED, "the legacy Dice's input checks read target/preds min and max; the legacy_dice_checks patch "
+              "counts them on the device and reports at compute()",
+              function=r"_basic_input_validation|_check_shape_and_type_consistency|_check_classification_inputs"
+                       r"|_check_num_classes_mc", op="aten._local_scalar_dense"),
+        Label(PATCHED, "the legacy Dice's compute copies numbers to the device; the legacy_dice_checks patch fills "
+              "them",
+              function="_reduce_stat_scores", op="aten._to_copy"),
+        Label(INHERENT, "legacy Dice without num_classes and with integer preds: the number of classes is read from "
+              "the data (the one-hot shape depends on it)", function="_input_format_classification",
+              op="aten._local_scalar_dense", patch="legacy_dice_checks"),
+    ),
+    targets=(
+        _one("torchmetrics.classification.dice", "Dice.update", "b9bbf0b964772961", build_update),
+        _one(_CHECKS, "_basic_input_validation", "553e06529addbed1", BASIC),
+        Target(module=_CHECKS, qualname="_check_shape_and_type_consistency", present=_LEGACY, variants=(
+            Variant(span("1.0.0", "1.5.2"), "651f1bd24b330dfe", SHAPES),
+            Variant(span("1.6.0", "1.6.3"), "3c276878c9d32d19", SHAPES),  # annotation only
+        )),
+        _one(_CHECKS, "_check_classification_inputs", "34f09efa470af6e7", IMPLIED),
+        _one(_CHECKS, "_check_num_classes_mc", "44500f7a0dd9d24b", NUM_CLASSES),
+        _one("torchmetrics.utilities.data", "to_onehot", "3f33b8e848bcc9d5", build_to_onehot),
+        _one("torchmetrics.functional.classification.stat_scores", "_reduce_stat_scores", "b2ec2e4cfd6aa0e3", REDUCE),
+    ),
+)

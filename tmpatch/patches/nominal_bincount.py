@@ -1,0 +1,150 @@
+"""nominal_bincount: the nominal-association metrics count their contingency table without a device read.
+
+Defect: CramersV, PearsonsContingencyCoefficient, TheilsU and TschuprowsT fill their
+``num_classes x num_classes`` table in ``update()`` with
+``_multiclass_confusion_matrix_update``, that is with ``_bincount``: on CUDA,
+``torch.bincount`` reads the input's minimum and maximum back to the host to size its
+output (two syncs per update), although the size is known. With
+``nan_strategy="drop"``, ``_handle_nan_in_data`` also removes the rows holding a NaN
+with a boolean index (a data-dependent shape: one more sync). Not fixed upstream
+(1.9.0 included).
+
+Repair, on the ``bincount`` patch's counting (which it requires):
+
+* the four classes' ``update`` opens a recorded update of the ``bincount`` patch
+  (when the metric has a deferred-report book, ``TMPATCH_BINCOUNT`` is ``deferred``
+  and the ``bincount`` patch is in effect): the release's
+  ``_multiclass_confusion_matrix_update`` then counts into the table's fixed number
+  of bins on the device, as it does for MulticlassConfusionMatrix;
+* ``nan_strategy="drop"``: the removal in ``_handle_nan_in_data`` becomes a mark (an
+  edit of that one statement, :mod:`tmpatch.rewrite`): the NaN rows stay in place and
+  are left out of the counts, as ``ignore_index`` positions are.
+
+Results are the release's on valid input (categories in ``[0, num_classes)``; floats
+with integer values). A value outside the categories is left out of the table and
+reported once at the next ``compute()`` (the ``bincount`` patch's report); upstream
+counts it in another cell or raises in ``update()``. Not covered (the release's code
+runs): the functional API (``cramers_v`` ...), the ``*_matrix`` functions, metrics built
+before ``apply()``. FleissKappa makes no sync.
+
+Releases: 1.0.0-1.9.0 (one implementation of each class ``update``; two of
+``_handle_nan_in_data``, differing in an annotation).
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any, Callable, Dict, Tuple
+
+from tmpatch.compiled import compiling
+from tmpatch.patches.bincount import counting
+from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+
+_CONFUSION = "torchmetrics.functional.classification.confusion_matrix"
+
+
+#: on the CPU, integer categories that are all valid take the release's own update (a read
+#: costs nothing there; the result is the same); the tests turn it off
+CPU_FAST = True
+
+
+def _valid_on_cpu(metric: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], integral: Any, aminmax: Any) -> bool:
+    """Whether the update's ``preds`` and ``target`` are 1-D integer CPU tensors of one shape,
+    every value a category in ``[0, num_classes)``: the release's update counts them exactly."""
+    preds = args[0] if args else kwargs.get("preds")
+    target = args[1] if len(args) > 1 else kwargs.get("target")
+    num_classes = getattr(metric, "num_classes", None)
+    if (getattr(preds, "dtype", None) not in integral or getattr(target, "dtype", None) not in integral
+            or type(num_classes) is not int or preds.device.type != "cpu" or target.device.type != "cpu"
+            or preds.dim() != 1 or preds.shape != target.shape or not preds.numel()):
+        return False
+    for values in (preds, target):
+        low, high = aminmax(values)
+        if low.item() < 0 or high.item() >= num_classes:
+            return False
+    return True
+
+
+def build_update(module: ModuleType) -> Callable[..., Any]:
+    """A nominal class ``update``: a recorded update of the ``bincount`` patch, when that
+    patch is in effect (its ``_multiclass_confusion_matrix_update`` layer is active)."""
+    import torch
+
+    from tmpatch.api import is_patched
+
+    confusion = importlib.import_module(_CONFUSION)
+    recorded, active, current, Update = counting.RECORD.deferred, counting.active, counting.current, counting.Update
+    integral = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+    aminmax = getattr(torch, "aminmax", None)
+
+    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not recorded(self) or not active() or not is_patched(confusion._multiclass_confusion_matrix_update):
+            return original(self, *args, **kwargs)
+        cpu = CPU_FAST and aminmax is not None and not compiling()
+        if cpu and _valid_on_cpu(self, args, kwargs, integral, aminmax):
+            return original(self, *args, **kwargs)
+        token = current.set(Update(self))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            current.reset(token)
+
+    return update
+
+
+def drop_nan_rows(preds: Any, target: Any, rows: Any) -> Tuple[Any, Any]:
+    """``preds[~rows], target[~rows]`` (the release's removal), or, in a recorded update,
+    every row, those holding a NaN marked to be left out of the counts (set to 0)."""
+    update = counting.current.get()
+    if update is None or preds.shape != target.shape or rows.shape != preds.shape or update.ignored is not None:
+        return preds[~rows], target[~rows]
+    update.ignored = rows
+    return preds.masked_fill(rows, 0), target.masked_fill(rows, 0)
+
+
+def _names(module: ModuleType) -> Dict[str, Any]:
+    return {"_tmpatch_drop_nan_rows": drop_nan_rows}
+
+
+#: ``nan_strategy="drop"``: the boolean removal, kept in place during recorded updates
+DROP = Rewrite(
+    (Edit("return preds[~rows_contain_nan], target[~rows_contain_nan]",
+          "return _tmpatch_drop_nan_rows(preds, target, rows_contain_nan)"),),
+    _names,
+)
+
+
+def _update(module: str, qualname: str, fingerprint: str) -> Target:
+    return Target(module=module, qualname=qualname, variants=(Variant(span("1.0.0", "1.9.0"), fingerprint,
+                                                                      build_update),))
+
+
+PATCH = Patch(
+    name="nominal_bincount",
+    summary="CramersV, PearsonsContingencyCoefficient, TheilsU and TschuprowsT count their table with "
+            "torch.bincount (CUDA reads min and max) and drop NaN rows with a boolean index; counted in fixed bins",
+    known=since("1.0.0"),
+    upstream="not fixed upstream (the nominal updates call the confusion-matrix update and _bincount)",
+    changes="a category outside [0, num_classes) is left out of the table and reported once at the next "
+            "compute() (upstream counts it in another cell or raises in update())",
+    requires=("deferred_reports", "bincount"),
+    labels=(
+        Label(PATCHED, "nan_strategy='drop': rows holding a NaN removed with a boolean index before counting; the "
+              "nominal_bincount patch leaves them out of the counts instead",
+              function="_handle_nan_in_data", op="aten.index"),
+    ),
+    targets=(
+        _update("torchmetrics.nominal.cramers", "CramersV.update", "525a7845dddcfd95"),
+        _update("torchmetrics.nominal.pearson", "PearsonsContingencyCoefficient.update", "cadae512a5d7fa91"),
+        _update("torchmetrics.nominal.theils_u", "TheilsU.update", "ef4ae5c48150829f"),
+        _update("torchmetrics.nominal.tschuprows", "TschuprowsT.update", "57218027dfcef521"),
+        Target(
+            module="torchmetrics.functional.nominal.utils",
+            qualname="_handle_nan_in_data",
+            variants=(
+                Variant(span("1.0.0", "1.5.2"), "10107520fa192509", DROP),
+                Variant(span("1.6.0", "1.9.0"), "50e996c6b5e64d73", DROP),  # annotation only
+            ),
+        ),
+    ),
+)

@@ -1,0 +1,159 @@
+"""retrieval_check: the retrieval metrics' binary-target check without a device read.
+
+Defect: ``torchmetrics.utilities.checks._check_retrieval_target_and_prediction_types``
+runs ``if not allow_non_binary_target and (target.max() > 1 or target.min() < 0):
+raise ValueError(...)`` on every ``update()`` of RetrievalMAP, RetrievalMRR,
+RetrievalPrecision, RetrievalRecall, RetrievalFallOut, RetrievalHitRate,
+RetrievalRPrecision, RetrievalAUROC, RetrievalPrecisionRecallCurve and
+RetrievalRecallAtFixedPrecision (every retrieval metric but RetrievalNormalizedDCG):
+one or two device reads per step, with no argument to turn it off. Not fixed
+upstream (1.9.0 included).
+
+Repair: the class ``update`` of ``RetrievalMetric`` and of
+``RetrievalPrecisionRecallCurve`` (every retrieval metric inherits one of them) marks
+the update with the metric it runs for (a context variable, when the metric has a
+deferred-report book: built while ``deferred_reports`` is applied). Inside such an
+update the check runs as the release's own function with the value check turned off
+(its dtype checks and conversions unchanged), and the release's condition, evaluated on
+the same tensor (``max > 1 or min < 0``, NaN included as the release reads it), is added
+on the device to the metric's book. At the user's next ``compute()`` the release's
+``ValueError`` is raised once, with a note. On the CPU the condition is read at once
+(the read costs nothing there) and only a failing update touches the book: the report
+is the same on every device. Boolean targets cannot fail the check and skip it.
+
+Deliberate difference: a batch with a non-binary target is kept in the metric's states
+(upstream, ``update()`` raised before appending it); the report says so, and
+``reset()`` discards it. Not covered (the release's code runs): the functional API,
+metrics built before ``apply()``. The ``ignore_index`` removal in
+``_check_retrieval_inputs`` stays: the states keep the values that remain.
+
+Releases: 1.0.0-1.9.0 (two implementations of the check, differing in an annotation;
+one of each class ``update``).
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable, List, Optional, Tuple
+
+from tmpatch.compiled import ContextSlot, compiling
+from tmpatch import deferred
+from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, since, span
+
+#: on the CPU, read the condition at once (free there) and count failing updates only; the
+#: tests turn it off to run the device path
+CPU_FAST = True
+
+#: the release's message (the same text in every release 1.0.0-1.9.0)
+MESSAGE = "`target` must contain `binary` values"
+
+
+def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
+    """At the user's compute(): the release's ValueError, once, for every update that failed the check."""
+    count = sum(n for _, n in found)
+    names = sorted({type(metric).__name__ for metric, _ in found if metric is not top})
+    name = type(top).__name__ + (f" ({', '.join(names)} inside)" if names else "")
+    where = " on some rank" if all_ranks else ""
+    raise ValueError(
+        f"{MESSAGE} (tmpatch retrieval_check: {count} update(s) of {name}{where} since the last compute() had a "
+        "`target` with values outside [0, 1]; reported at compute() instead of in update(). Unlike without "
+        "tmpatch, those batches were added to the metric's states: reset() discards them. Exclude the "
+        "retrieval_check patch to have the error raised in update())"
+    )
+
+
+#: updates whose target failed the check, reported at compute
+RECORD = deferred.Record("retrieval_check", _report)
+
+#: the metric whose update is running in this thread / task, if it records
+_current = ContextSlot("tmpatch_retrieval")  # a ContextVar; a plain slot while torch.compile traces
+
+
+def build_update(module: ModuleType) -> Callable[..., Any]:
+    """``RetrievalMetric.update`` / ``RetrievalPrecisionRecallCurve.update``: mark the update."""
+    recorded = RECORD.deferred
+    current = _current
+
+    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not recorded(self):
+            return original(self, *args, **kwargs)
+        token = current.set(self)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            current.reset(token)
+
+    return update
+
+
+def build_check(module: ModuleType) -> Callable[..., Any]:
+    """``_check_retrieval_target_and_prediction_types``: inside a marked update, the
+    release's function without its value check, and the check counted on the device."""
+    import torch
+
+    bool_, ones, int64 = torch.bool, torch.ones, torch.int64
+    aminmax = getattr(torch, "aminmax", None)  # torch >= 1.11; else max and min
+
+    def bounds(target: Any) -> Tuple[Any, Any]:
+        if aminmax is not None:
+            low, high = aminmax(target)
+            return low, high
+        return target.min(), target.max()
+
+    def check(original: Callable, preds: Any, target: Any, allow_non_binary_target: bool = False) -> Any:
+        metric = _current.get()
+        if metric is None or allow_non_binary_target:
+            return original(preds, target, allow_non_binary_target)
+        out = original(preds, target, True)  # the release's dtype checks and conversions; raises as it does
+        if target.dtype is bool_:  # max <= 1 and min >= 0: the check cannot fail
+            return out
+        low, high = bounds(target)
+        if CPU_FAST and target.device.type == "cpu" and not compiling():
+            if high.item() > 1 or low.item() < 0:  # a read costs nothing on the CPU
+                RECORD.add(metric, ones((), dtype=int64))
+            return out
+        RECORD.add(metric, (high > 1) | (low < 0))
+        return out
+
+    return check
+
+
+_CHECKS = "torchmetrics.utilities.checks"
+
+PATCH = Patch(
+    name="retrieval_check",
+    summary="every retrieval metric but NDCG reads target.max() and target.min() on each update() to check "
+            "for binary targets; the check is counted on the device and reported at compute()",
+    known=since("1.0.0"),
+    upstream="not fixed upstream (no argument turns the check off)",
+    changes="a non-binary retrieval target raises the release's ValueError at the next compute(), once, "
+            "and that batch is in the states (upstream: raised in update(), batch not added)",
+    requires=("deferred_reports",),
+    labels=(
+        Label(PATCHED, "retrieval metrics check for binary targets with target.max() > 1 or target.min() < 0 "
+              "(device reads); the retrieval_check patch counts it on the device and reports at compute()",
+              function="_check_retrieval_target_and_prediction_types", op="aten._local_scalar_dense"),
+        Label(INHERENT, "ignore_index: retrieval metrics remove the ignored positions before appending the values "
+              "to their list states (the states hold the kept values)",
+              function="_check_retrieval_inputs", op="aten.index", patch="retrieval_check"),
+    ),
+    targets=(
+        Target(
+            module=_CHECKS,
+            qualname="_check_retrieval_target_and_prediction_types",
+            variants=(
+                Variant(span("1.0.0", "1.5.2"), "097673780a9872d6", build_check),
+                Variant(span("1.6.0", "1.9.0"), "3fd183315c42c5ee", build_check),  # annotation only
+            ),
+        ),
+        Target(
+            module="torchmetrics.retrieval.base",
+            qualname="RetrievalMetric.update",
+            variants=(Variant(span("1.0.0", "1.9.0"), "104945510509e2fe", build_update),),
+        ),
+        Target(
+            module="torchmetrics.retrieval.precision_recall_curve",
+            qualname="RetrievalPrecisionRecallCurve.update",
+            variants=(Variant(span("1.0.0", "1.9.0"), "104945510509e2fe", build_update),),
+        ),
+    ),
+)

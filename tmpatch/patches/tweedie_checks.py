@@ -1,0 +1,153 @@
+"""tweedie_checks: TweedieDevianceScore's range checks counted on the device and reported at compute().
+
+Defect: with ``power`` 1, 2, negative or above 1, ``_tweedie_deviance_score_update``
+checks its inputs with ``if torch.any(preds <= 0) or torch.any(targets < 0): raise
+ValueError(...)`` (the conditions vary with ``power``): one or two device reads on every
+``update()`` of TweedieDevianceScore, with no argument to turn them off. Not fixed
+upstream (1.9.0 included). (``power=0``, the default, has no check; its count copy is the
+``scalar_tensors`` patch's.)
+
+Repair: the class ``update`` marks the update of a metric with a deferred-report book
+(built while ``deferred_reports`` is applied). In a marked update each check's condition
+(an edit hands ``torch.any(a)`` and ``torch.any(b)`` to a helper, :mod:`tmpatch.rewrite`; outside
+a marked update it returns the release's ``a or b``) is counted on the device
+(``torch.any(a) | torch.any(b)``) instead of read, and the release's ``ValueError`` (its message,
+with the metric's ``power``) is raised once at the next ``compute()``. On the CPU the
+condition is read at once (free there) and only a failing update is counted: the report is
+the same on every device.
+
+Deliberate difference: a batch that fails the check is added to the states (upstream,
+``update()`` raised before); its deviance is then NaN or infinite, as the formulas give
+for such values, until ``reset()``. The functional API and metrics built before
+``apply()`` keep the release's checks.
+
+Releases: 1.0.0-1.9.0 (two implementations of the function, differing in an annotation;
+one of the class ``update``).
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from tmpatch.compiled import ContextSlot, compiling
+from tmpatch import deferred
+from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+
+#: on the CPU, read the condition at once (free there) and count failing updates only; the tests
+#: turn it off to run the device path
+CPU_FAST = True
+
+#: check key -> the release's message after ``For power={power}, ``
+MESSAGES = {
+    "poisson": "'preds' has to be strictly positive and 'targets' cannot be negative.",
+    "positive": "both 'preds' and 'targets' have to be strictly positive.",
+    "negative_power": "'preds' has to be strictly positive.",
+    "compound": "'targets' has to be strictly positive and 'preds' cannot be negative.",
+}
+
+
+def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
+    def report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
+        count = sum(n for _, n in found)
+        power = getattr(found[0][0], "power", "?")
+        where = " on some rank" if all_ranks else ""
+        raise ValueError(
+            f"For power={power}, {MESSAGES[key]} (tmpatch tweedie_checks: {count} update(s) of {type(top).__name__}"
+            f"{where} since the last compute() failed this check; reported at compute() instead of in update(). "
+            "Unlike without tmpatch, those batches were added to the metric's states (their deviance is NaN or "
+            "infinite): reset() discards them. Exclude the tweedie_checks patch to have the error raised in update())"
+        )
+
+    return report
+
+
+RECORDS = {key: deferred.Record(f"tweedie_checks:{key}", _reporter(key)) for key in MESSAGES}
+
+#: the metric whose update is running in this thread / task, if it records
+_current = ContextSlot("tmpatch_tweedie")  # a ContextVar; a plain slot while torch.compile traces
+
+
+def build_update(module: ModuleType) -> Callable[..., Any]:
+    """``TweedieDevianceScore.update``: mark the update (when the metric has a deferred-report book)."""
+    recorded = RECORDS["positive"].deferred
+
+    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not recorded(self):
+            return original(self, *args, **kwargs)
+        token = _current.set(self)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _current.reset(token)
+
+    return update
+
+
+def _names(module: ModuleType) -> Dict[str, Any]:
+    import torch
+
+    ones, int64 = torch.ones, torch.int64
+
+    def check(key: str, first: Any, second: Any = None) -> Any:
+        """The release's ``first or second``; in a marked update, counted for compute() instead (False)."""
+        metric = _current.get()
+        if metric is None:
+            return first if second is None else first or second
+        if CPU_FAST and first.device.type == "cpu" and not compiling():
+            if bool(first) or (second is not None and bool(second)):  # a read costs nothing on the CPU
+                RECORDS[key].add(metric, ones((), dtype=int64))
+            return False
+        RECORDS[key].add(metric, first if second is None else first | second)
+        return False
+
+    return {"_tmpatch_check": check}
+
+
+def _raise(key: str) -> str:
+    return f"    raise ValueError(f\"For power={{power}}, {MESSAGES[key]}\")"
+
+
+_EITHER = "torch.any(preds <= 0) or torch.any(targets {} 0)"
+
+
+def _checked(text: str, *keys: Tuple[str, str]) -> Edit:
+    """``text`` (the release's statements) with each ``if a or b:`` made ``if _tmpatch_check(key, a, b):``."""
+    new = text
+    for condition, key in keys:
+        new = new.replace(f"if {condition}:", f"if _tmpatch_check({key!r}, {condition.replace(' or ', ', ')}):")
+    return Edit(text, new)
+
+
+POISSON = _checked(f"if {_EITHER.format('<')}:\n{_raise('poisson')}", (_EITHER.format("<"), "poisson"))
+GAMMA = _checked(f"if {_EITHER.format('<=')}:\n{_raise('positive')}\n"
+                 "deviance_score = 2 * (torch.log(preds / targets) + (targets / preds) - 1)",
+                 (_EITHER.format("<="), "positive"))
+OTHERS = _checked(
+    f"if power < 0:\n    if torch.any(preds <= 0):\n    {_raise('negative_power')}\n"
+    f"elif 1 < power < 2:\n    if {_EITHER.format('<')}:\n    {_raise('compound')}\n"
+    f"else:\n    if {_EITHER.format('<=')}:\n    {_raise('positive')}",
+    ("torch.any(preds <= 0)", "negative_power"), (_EITHER.format("<"), "compound"), (_EITHER.format("<="), "positive"))
+CHECKS = Rewrite((POISSON, GAMMA, OTHERS), _names)
+
+PATCH = Patch(
+    name="tweedie_checks",
+    summary="TweedieDevianceScore (power 1, 2, < 0, > 1) reads torch.any(preds <= 0) (and targets) into an if on "
+            "each update(); counted on the device and reported at compute()",
+    known=since("1.0.0"),
+    upstream="not fixed upstream (no argument turns the checks off)",
+    changes="an input outside the power's domain raises the release's ValueError at the next compute(), once, the "
+            "batch in the states (upstream: raised in update())",
+    requires=("deferred_reports",),
+    labels=(
+        Label(PATCHED, "TweedieDevianceScore checks its inputs' range for the power (device reads); the tweedie_checks "
+              "patch counts it on the device and reports at compute()",
+              function="_tweedie_deviance_score_update", op="aten._local_scalar_dense"),
+    ),
+    targets=(
+        Target(module="torchmetrics.functional.regression.tweedie_deviance", qualname="_tweedie_deviance_score_update",
+               variants=(Variant(span("1.0.0", "1.5.2"), "f5e302d79c8e37f4", CHECKS),
+                         Variant(span("1.6.0", "1.9.0"), "78fa6f04f141e40d", CHECKS))),  # annotation only
+        Target(module="torchmetrics.regression.tweedie_deviance", qualname="TweedieDevianceScore.update",
+               variants=(Variant(span("1.0.0", "1.9.0"), "d0b7be3d64cc4405", build_update),)),
+    ),
+)
