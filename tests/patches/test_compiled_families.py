@@ -13,7 +13,10 @@ import torch
 
 import tmpatch
 from tests.conftest import assert_bitwise
-from tests.patches.test_compiled_update import OWN_BREAK, heavy, pytestmark  # noqa: F401 - torch 2.5+
+from tests.patches.test_compiled_update import OWN_BREAK, heavy
+from tests.patches.test_compiled_update import pytestmark as _torch_2_5
+
+pytestmark = _torch_2_5  # torch 2.5+
 
 dynamo = pytest.importorskip("torch._dynamo")
 from torch._dynamo.utils import counters  # noqa: E402
