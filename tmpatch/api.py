@@ -14,7 +14,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
-from tmpatch import gating, selection, settings
+from tmpatch import compiled, gating, selection, settings
 from tmpatch.engine import Engine
 from tmpatch.spec import Patch, Target, Variant
 from tmpatch.report import PatchStatus, Report, State
@@ -112,6 +112,8 @@ def _install(patch: Patch, sweep: bool) -> None:
             for target in done:
                 _take(target, patch)
             state, reason = State.FAILED, f"{type(exc).__name__}: {exc}; original left in place"
+    if state == State.APPLIED:
+        compiled.prepare(_engine.arm)  # what the patches' compiled paths need of torch (once; cheap after)
     if state == State.APPLIED and patch.after_apply is not None:
         patch.after_apply()
     if state == State.APPLIED:

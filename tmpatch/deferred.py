@@ -34,6 +34,8 @@ import sys
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from tmpatch.compiled import compiling
+
 log = logging.getLogger("tmpatch")
 
 #: attribute set on the tensor a book is read from, so that the sync audit, which cannot
@@ -52,19 +54,31 @@ _records: Dict[str, "Record"] = {}
 
 
 class Book:
-    """The pending counts of one metric: record key -> 0-d integer tensor on its device."""
+    """The pending counts of one metric: record key -> 0-d integer tensor on its device.
 
-    __slots__ = ("ref", "counts", "synced", "stamp", "__weakref__")
+    Compiled updates add to ``traced`` instead: a 0-d zero per record, made with the book
+    on the metric's device (and moved with it), so that a compiled step finds the same
+    entries at every step (a count appearing, or changing device, would recompile it);
+    ``marked`` says they hold something. :func:`gather` folds them into ``counts``."""
+
+    __slots__ = ("ref", "counts", "synced", "stamp", "traced", "marked", "__weakref__")
 
     def __init__(self, metric: Any) -> None:
         self.ref = weakref.ref(metric)
         self.counts: Dict[str, Any] = {}
         self.synced: Optional[Dict[str, Any]] = None  # totals over ranks, from a coalesced sync
         self.stamp: Optional[int] = None  # the update count at revert() (see detach)
+        self.traced: Dict[str, Any] = {}
+        self.marked = False
 
 
 #: id(metric) -> its book (metrics built while deferred_reports is applied)
 _books: Dict[int, Book] = {}
+
+
+#: attribute of the settling ``compute`` the patch puts on a metric (an instance attribute
+#: torchmetrics leaves out of pickles and copies) that holds the metric's book
+BOOK_ATTRIBUTE = "_tmpatch_book"
 
 
 def book_of(metric: Any) -> Optional[Book]:
@@ -73,13 +87,50 @@ def book_of(metric: Any) -> Optional[Book]:
     return book if book is not None and book.ref() is metric else None
 
 
+def traced_book(metric: Any) -> Optional[Book]:
+    """The metric's book as compiled code finds it: through the metric's own ``compute``
+    (a lookup in the id-keyed table is a guard on the whole table for torch.compile)."""
+    namespace = getattr(metric, "__dict__", None)
+    compute = namespace.get("compute") if namespace is not None else None
+    return getattr(compute, BOOK_ATTRIBUTE, None)
+
+
+def attach(compute: Any, book: Book) -> None:
+    """Make ``book`` reachable from the metric's settling ``compute`` (:func:`traced_book`)."""
+    setattr(compute, BOOK_ATTRIBUTE, book)
+
+
 def open_book(metric: Any) -> Book:
     """Give ``metric`` a book (idempotent); it goes with the metric."""
     book = book_of(metric)
     if book is None:
         book = _books[id(metric)] = Book(metric)
         weakref.finalize(metric, _forget, id(metric), weakref.ref(book))
+        device = getattr(metric, "device", None)
+        if device is not None:
+            import torch
+
+            book.traced = {key: torch.zeros((), dtype=torch.long, device=device) for key in _records}
     return book
+
+
+def moved(metric: Any) -> None:
+    """After ``metric`` moved (``.to()``, ``.cuda()``): its traced counts follow it."""
+    book = book_of(metric)
+    device = getattr(metric, "device", None)
+    if book is not None and device is not None:
+        book.traced = {key: value.to(device) for key, value in book.traced.items()}
+
+
+def gather(book: Book) -> None:
+    """Fold what compiled updates added (``traced``) into the book's counts."""
+    if not book.marked:
+        return
+    book.marked = False
+    for key, value in list(book.traced.items()):
+        old = book.counts.get(key)
+        book.counts[key] = value if old is None else old + value
+        book.traced[key] = value.new_zeros(())
 
 
 def _forget(key: int, book: "weakref.ref[Book]") -> None:
@@ -144,14 +195,26 @@ class Record:
     @staticmethod
     def deferred(metric: Any) -> bool:
         """Whether ``metric`` has a book (reports can wait for compute)."""
+        if compiling():
+            return traced_book(metric) is not None
         return book_of(metric) is not None
 
     def add(self, metric: Any, amount: Any) -> bool:
         """Add ``amount`` (a device tensor, integer or bool) to the metric's count without
         reading it. False (nothing added) when the metric has no book."""
-        book = _books.get(id(metric))
-        if book is None:
-            return False
+        if compiling():
+            book = traced_book(metric)
+            if book is None:
+                return False
+            old = book.traced.get(self.key)
+            if old is not None:  # the same entry at every step: nothing for torch.compile to recompile
+                book.traced[self.key] = old + amount
+                book.marked = True
+                return True
+        else:
+            book = _books.get(id(metric))
+            if book is None:
+                return False
         counts = book.counts
         old = counts.get(self.key)
         counts[self.key] = amount.long() if old is None else old + amount
@@ -162,7 +225,10 @@ def local_records(metric: Any) -> Dict[str, Any]:
     """This metric's own pending counts (not those of metrics inside it): key -> 0-d
     integer tensor on the metric's device; empty when none."""
     book = book_of(metric)
-    return dict(book.counts) if book is not None else {}
+    if book is None:
+        return {}
+    gather(book)
+    return dict(book.counts)
 
 
 def set_synced(metric: Any, totals: Dict[str, Any]) -> None:
@@ -186,13 +252,17 @@ def _metrics_in(metric: Any) -> Iterator[Any]:
 
 
 def books_in(metric: Any) -> List[Book]:
-    """The books of ``metric`` and of the metrics inside it."""
-    return [book for book in (book_of(m) for m in _metrics_in(metric)) if book is not None]
+    """The books of ``metric`` and of the metrics inside it (compiled updates' counts gathered)."""
+    books = [book for book in (book_of(m) for m in _metrics_in(metric)) if book is not None]
+    for book in books:
+        gather(book)
+    return books
 
 
 def count_once(book: Book, before: Dict[str, Any]) -> None:
     """After a forward that ran ``update()`` twice on the same batch: keep half of what
     the two added (rounded up), as if the batch was seen once."""
+    gather(book)
     for key, now in list(book.counts.items()):
         old = before.get(key)
         if old is None:
@@ -212,6 +282,7 @@ def clear(metric: Any) -> None:
     for inner in _metrics_in(metric):
         book = book_of(inner)
         if book is not None:
+            gather(book)
             book.counts, book.synced, book.stamp = {}, None, None
 
 
@@ -221,7 +292,10 @@ def settle(metric: Any) -> None:
     pending: List[Tuple[Any, Book]] = []
     for inner in _metrics_in(metric):
         book = book_of(inner)
-        if book is None or not (book.counts or book.synced):
+        if book is None:
+            continue
+        gather(book)
+        if not (book.counts or book.synced):
             continue
         if book.stamp is not None and getattr(inner, "_update_count", 0) < book.stamp:
             book.counts, book.synced, book.stamp = {}, None, None  # reset after revert(): nothing to report
@@ -331,6 +405,8 @@ def pending_books() -> List[Tuple[Any, Book]]:
     out = []
     for book in list(_books.values()):
         metric = book.ref()
+        if metric is not None:
+            gather(book)
         if metric is not None and (book.counts or book.synced):
             out.append((metric, book))
     return out

@@ -1,10 +1,10 @@
-"""The patching engine: wrappers, rebinding and post-import hooks, on wrapt.
+"""The patching engine: wrappers, rebinding, and post-import hooks on wrapt.
 
 It knows nothing of torchmetrics. It is told a target (module name and dotted
 qualname) and a replacement, and it
 
-* wraps the original in a ``wrapt.FunctionWrapper`` that calls the replacement
-  while the layer is active and the original once it is not;
+* wraps the original in a plain function (``__wrapped__`` names the original) that
+  calls the replacement while the layer is active and the original once it is not;
 * puts the wrapper in every place that held the original: the owner's
   attribute, every module that bound the name with ``from ... import``, and
   default arguments of functions in the target's package;
@@ -20,6 +20,7 @@ the same wrapper object and no second layer is ever stacked.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import sys
@@ -356,20 +357,24 @@ class Engine:
 
     @staticmethod
     def _wrap(layer: Layer, replacement: Replacement, method: bool) -> Any:
+        """A plain Python function (no proxy object): ``torch.compile`` traces it like the
+        release's own code. A ``wrapt.FunctionWrapper`` there is taken for the function it
+        wraps (its ``__code__``), so compiled code ran the original, or failed on its
+        ``__defaults__``; and a method's bound wrapper was a graph break."""
         original = layer.original
         layer.replacement = replacement
         if method:
-            def call(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
                 if layer.active:
-                    return layer.replacement(original, instance, *args, **kwargs)
-                return wrapped(*args, **kwargs)
+                    return layer.replacement(original, self, *args, **kwargs)
+                return original(self, *args, **kwargs)
         else:
-            def call(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
                 if layer.active:
                     return layer.replacement(original, *args, **kwargs)
-                return wrapped(*args, **kwargs)
-        wrapper = wrapt.FunctionWrapper(original, call)
-        wrapper._self_tmpatch_key = layer.key  # marks tmpatch's own layer
+                return original(*args, **kwargs)
+        functools.update_wrapper(wrapper, original)  # name, qualname, module, doc, __wrapped__
+        wrapper._self_tmpatch_key = layer.key  # type: ignore[attr-defined]  # marks tmpatch's own layer
         return wrapper
 
     def remove(self, key: Key, *, scope: str) -> str:

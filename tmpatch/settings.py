@@ -6,7 +6,8 @@ default and a help line. The environment parser (:mod:`tmpatch.env`), the
 argument checks of ``apply()`` (:mod:`tmpatch.selection`), ``tmpatch --help``,
 ``tmpatch run``'s options and the pytest marker all read this table.
 
-``policy`` maps each *policy* setting (``nan_check``, ``bincount``) to its
+``policy`` maps each *policy* setting (``nan_check``, ``bincount``,
+``update_count``) to its
 value. Patches look it up on every call (``settings.policy["nan_check"]``), so
 ``tmpatch.apply(nan_check=...)`` takes effect at once, also on patches already
 applied. Initial values come from the environment (``TMPATCH_NAN_CHECK`` ...);
@@ -150,6 +151,10 @@ SETTINGS = (
     Setting("bincount", "values outside [0, num_classes) under the bincount patch: recorded on the device and "
             "reported at compute() (deferred), or the release's own _bincount (eager)",
             choices=("deferred", "eager"), policy=True),
+    Setting("update_count", "how a compiled update() raises the metric's update count: run eagerly, one graph "
+            "break, no recompile (outside), or in the graph, fullgraph=True works, torch.compile guards on the "
+            "count (traced)",
+            choices=("outside", "traced"), policy=True),
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}

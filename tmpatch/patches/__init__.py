@@ -45,6 +45,7 @@ NAMES = (
     "legacy_dice_checks",
     "tweedie_checks",
     "pit_permutations",
+    "compiled_update",
 )
 
 _loaded: Dict[str, Patch] = {}

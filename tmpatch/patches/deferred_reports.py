@@ -55,8 +55,10 @@ def _settling(metric: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
 def _build_wrap_compute(module: ModuleType) -> Callable[..., Any]:
     def _wrap_compute(original: Callable, self: Any, compute: Callable) -> Callable:
         inner = original(self, compute)
-        deferred.open_book(self)
-        return _settling(self, inner)
+        book = deferred.open_book(self)
+        settling = _settling(self, inner)
+        deferred.attach(settling, book)
+        return settling
 
     return _wrap_compute
 
@@ -90,6 +92,17 @@ def _build_reset(module: ModuleType) -> Callable[..., Any]:
         return result
 
     return reset
+
+
+def _build_apply(module: ModuleType) -> Callable[..., Any]:
+    """``Metric._apply`` (``.to()``, ``.cuda()``, ...): the book's traced counts move with the metric."""
+
+    def _apply(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        deferred.moved(self)
+        return result
+
+    return _apply
 
 
 def _build_collection_compute(module: ModuleType) -> Callable[..., Any]:
@@ -180,6 +193,14 @@ PATCH = Patch(
             variants=(
                 Variant(span("1.0.0", "1.6.1"), "5137161859288369", _build_forward),
                 Variant(span("1.6.2", "1.9.0"), "2ea471ed4d896124", _build_forward),
+            ),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric._apply",
+            variants=(
+                Variant(span("1.0.0", "1.2.1"), "230dda1bf62c7927", _build_apply),
+                Variant(span("1.3.0.post0", "1.9.0"), "232b818f8abf487b", _build_apply),
             ),
         ),
         Target(

@@ -34,11 +34,11 @@ Releases: 1.0.0-1.9.0 (two implementations of ``_binary_groups_stat_scores`` and
 """
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from tmpatch.compiled import ContextSlot, compiling
 from tmpatch import deferred
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
@@ -67,7 +67,7 @@ CPU_FAST = True
 RECORD = deferred.Record("fairness_groups", _report)
 
 #: the metric whose update is running in this thread / task, if it records
-_current: "contextvars.ContextVar[Optional[Any]]" = contextvars.ContextVar("tmpatch_fairness", default=None)
+_current = ContextSlot("tmpatch_fairness")  # a ContextVar; a plain slot while torch.compile traces
 
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
@@ -123,7 +123,8 @@ def _helpers(module: ModuleType) -> Dict[str, Any]:
         # the number of each row's group among the distinct ids, in sorted order (ids are sorted)
         rank = cat([zeros(1, dtype=int64, device=indexes.device), (indexes[1:] != indexes[:-1]).cumsum(0)])
         kept = rank < num_groups
-        if not (CPU_FAST and indexes.device.type == "cpu" and bool(kept[-1])):  # CPU: a free read, no count
+        cpu = CPU_FAST and indexes.device.type == "cpu" and not compiling()
+        if not (cpu and bool(kept[-1])):  # CPU: a free read, no count
             RECORD.add(metric, (~kept).sum())
         # the release's comparisons (_binary_stat_scores_update): tp 0, fp 1, tn 2, fn 3
         same, positive = target == preds, target == 1

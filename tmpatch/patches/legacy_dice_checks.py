@@ -34,10 +34,10 @@ Releases: 1.0.0-1.6.3 (one implementation of each function, two of
 """
 from __future__ import annotations
 
-import contextvars
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from tmpatch.compiled import ContextSlot, compiling
 from tmpatch import deferred
 from tmpatch.patches._device_tensors import built, swap
 from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
@@ -85,7 +85,7 @@ class _Update:
 
 
 #: the marked update running in this thread / task, if its Dice records
-_current: "contextvars.ContextVar[Optional[_Update]]" = contextvars.ContextVar("tmpatch_legacy_dice", default=None)
+_current = ContextSlot("tmpatch_legacy_dice")  # a ContextVar; a plain slot while torch.compile traces
 
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
@@ -127,7 +127,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         update = _current.get()
         if update is None:
             return condition
-        if CPU_FAST and condition.device.type == "cpu":
+        if CPU_FAST and condition.device.type == "cpu" and not compiling():
             if bool(condition):  # a read costs nothing on the CPU
                 RECORDS[key].add(update.metric, ones((), dtype=int64))
                 update.suspect = True

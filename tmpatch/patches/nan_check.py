@@ -48,6 +48,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tmpatch import deferred, settings
+from tmpatch.compiled import compiling
 from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, since, span
 
 _NEUTRAL = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf}
@@ -118,7 +119,11 @@ def _classifier(module: ModuleType) -> Dict[type, Optional[str]]:
 
 
 def _kind(module: ModuleType, cache: Dict[type, Optional[str]], cls: type) -> Optional[str]:
-    owner = next((k for k in cls.__mro__ if "update" in vars(k)), None)
+    owner = None
+    for k in cls.__mro__:  # a loop over ``__dict__``: torch.compile traces it (not ``vars()``)
+        if "update" in k.__dict__:
+            owner = k
+            break
     table = {module.SumMetric: "sum", module.MaxMetric: "max", module.MinMetric: "min",
              module.MeanMetric: "mean", module.CatMetric: "cat"}
     found = cache[cls] = table.get(owner)  # type: ignore[arg-type]
@@ -154,8 +159,12 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             mode = policy["nan_check"]
             if mode == "off":
                 return
-            if mode == "deferred" and id(metric) in books and record.add(metric, nan.any()):
-                return
+            if mode == "deferred":
+                if compiling():  # torch.compile: the book through the metric (no lookup in the table)
+                    if record.add(metric, nan.any()):
+                        return
+                elif id(metric) in books and record.add(metric, nan.any()):
+                    return
             if nan.any():  # eager, or a metric built before apply(): a sync, as upstream
                 if strategy == "error":
                     raise RuntimeError(release.error)
@@ -174,7 +183,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             else:
                 both = maximum(x, weight)  # NaN exactly where either is (maximum propagates NaN)
                 nan = both != both
-            if strategy.__class__ is not str:  # a float: impute in the input's dtype, then cast
+            if type(strategy) is not str:  # a float: impute in the input's dtype, then cast
                 x = impute(x, nan, strategy).to(dtype)
                 return x, (x if weight is None else impute(weight, nan, 1.0).to(dtype))
             if strategy != "ignore":
@@ -199,9 +208,12 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
 
         def handled(metric: Any) -> Optional[str]:
             cls = metric.__class__
-            kind = kinds[cls] if cls in kinds else _kind(module, kinds, cls)
+            if compiling():  # worked out while tracing: a lookup in the cache would be a guard on it
+                kind = _kind(module, {}, cls)
+            else:
+                kind = kinds[cls] if cls in kinds else _kind(module, kinds, cls)
             strategy = metric.nan_strategy
-            if kind is None or not (strategy in strings if strategy.__class__ is str else isinstance(strategy, float)):
+            if kind is None or not (strategy in strings if type(strategy) is str else isinstance(strategy, float)):
                 return None
             return kind
 
@@ -217,20 +229,27 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     x = tensor(x, float32, self.device)
                 if kind != "mean":
                     return run(self, kind, self.nan_strategy, x, None, float32)[0]
-                stash = pending.pop(id(self), None)
-                if stash is None or stash[0] != self._update_count:  # MeanMetric's value
-                    if len(pending) > 64:
-                        pending.clear()  # updates that raised between the two calls
-                    value = run(self, kind, self.nan_strategy, x, None, float32)[0]
-                    pending[id(self)] = (self._update_count, x != x, value)
-                    return value
+                if compiling():  # one traced update makes both calls: a slot pairs them (the count is a guard)
+                    stash, _paired.stash = _paired.stash, None
+                    if stash is None or stash[0] is not self:  # MeanMetric's value
+                        value = run(self, kind, self.nan_strategy, x, None, float32)[0]
+                        _paired.stash = (self, x != x, value)
+                        return value
+                else:
+                    stash = pending.pop(id(self), None)
+                    if stash is None or stash[0] != self._update_count:  # MeanMetric's value
+                        if len(pending) > 64:
+                            pending.clear()  # updates that raised between the two calls
+                        value = run(self, kind, self.nan_strategy, x, None, float32)[0]
+                        pending[id(self)] = (self._update_count, x != x, value)
+                        return value
                 _, value_nan, value = stash  # MeanMetric's weight: NaN where the value or the weight is
                 if value_nan.numel() == 0:
                     return x.float()  # update() returns before using it
                 weight = torch.broadcast_to(x, value_nan.shape)
                 weight_nan = weight != weight
                 nan = value_nan | weight_nan
-                imputing = self.nan_strategy.__class__ is not str
+                imputing = type(self.nan_strategy) is not str
                 if not imputing and self.nan_strategy != "ignore":  # an update whose value had NaN is counted
                     report(self, self.nan_strategy, weight_nan & ~value_nan.any())
                 if value is not x and value.shape == weight_nan.shape:  # a tensor of ours (torch.where's)
@@ -258,6 +277,17 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
 
     return build
 
+
+class _Paired:
+    """1.0.0 in compiled code: the NaN mask of MeanMetric's value, for its weight's call."""
+
+    __slots__ = ("stash",)
+
+    def __init__(self) -> None:
+        self.stash: Optional[Tuple[Any, Any, Any]] = None
+
+
+_paired = _Paired()
 
 _R100 = _Release(one_argument=True, spelling="Encounted", metric_dtype=False, disable=False)
 _R101 = _Release(one_argument=False, spelling="Encounted", metric_dtype=False, disable=False)

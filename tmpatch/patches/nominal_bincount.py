@@ -36,6 +36,7 @@ import importlib
 from types import ModuleType
 from typing import Any, Callable, Dict, Tuple
 
+from tmpatch.compiled import compiling
 from tmpatch.patches.bincount import counting
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
@@ -79,7 +80,8 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
     def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
         if not recorded(self) or not active() or not is_patched(confusion._multiclass_confusion_matrix_update):
             return original(self, *args, **kwargs)
-        if CPU_FAST and aminmax is not None and _valid_on_cpu(self, args, kwargs, integral, aminmax):
+        cpu = CPU_FAST and aminmax is not None and not compiling()
+        if cpu and _valid_on_cpu(self, args, kwargs, integral, aminmax):
             return original(self, *args, **kwargs)
         token = current.set(Update(self))
         try:

@@ -41,11 +41,11 @@ with the same statements, one of each class ``update``).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import textwrap
 from types import ModuleType
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from tmpatch.compiled import ContextSlot, compiling
 from tmpatch import deferred
 from tmpatch.patches._device_tensors import device_tensor
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
@@ -76,7 +76,7 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
 RECORD = deferred.Record("panoptic_preprocess", _report)
 
 #: the metric whose preds are being preprocessed in this thread / task, if it records
-_current: "contextvars.ContextVar[Optional[Any]]" = contextvars.ContextVar("tmpatch_panoptic", default=None)
+_current = ContextSlot("tmpatch_panoptic")  # a ContextVar; a plain slot while torch.compile traces
 
 
 @contextlib.contextmanager
@@ -110,7 +110,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
     zeros, where = torch.zeros, torch.where
 
     def on_device(t: Any) -> bool:
-        return not (CPU_FAST and t.device.type == "cpu")
+        return not (CPU_FAST and t.device.type == "cpu" and not compiling())
 
     def isin(arr: Any, values: Any) -> Any:
         """The release's ``(arr[..., None] == arr.new(values)).any(-1)``, without the list on the device;

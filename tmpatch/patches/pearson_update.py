@@ -25,11 +25,11 @@ the class ``update``); 1.7.4+ not needed.
 """
 from __future__ import annotations
 
-import contextvars
 import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from tmpatch.compiled import ContextSlot
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, UPSTREAM, Variant, since, span
 
 
@@ -44,7 +44,7 @@ class _Counts:
 
 
 #: the counts of the update running in this thread / task (set by the class update)
-_current: "contextvars.ContextVar[Optional[_Counts]]" = contextvars.ContextVar("tmpatch_pearson", default=None)
+_current = ContextSlot("tmpatch_pearson")  # a ContextVar; a plain slot while torch.compile traces
 
 #: id(metric) -> (the metric and its n_total tensor, weakly; that tensor's version; n_total.mean() > 0). Keyed
 #: by id: a Metric's ``==`` builds a CompositionalMetric, so metrics cannot be dictionary keys

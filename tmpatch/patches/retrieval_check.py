@@ -32,10 +32,10 @@ one of each class ``update``).
 """
 from __future__ import annotations
 
-import contextvars
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple
 
+from tmpatch.compiled import ContextSlot, compiling
 from tmpatch import deferred
 from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, since, span
 
@@ -65,7 +65,7 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
 RECORD = deferred.Record("retrieval_check", _report)
 
 #: the metric whose update is running in this thread / task, if it records
-_current: "contextvars.ContextVar[Optional[Any]]" = contextvars.ContextVar("tmpatch_retrieval", default=None)
+_current = ContextSlot("tmpatch_retrieval")  # a ContextVar; a plain slot while torch.compile traces
 
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
@@ -107,7 +107,7 @@ def build_check(module: ModuleType) -> Callable[..., Any]:
         if target.dtype is bool_:  # max <= 1 and min >= 0: the check cannot fail
             return out
         low, high = bounds(target)
-        if CPU_FAST and target.device.type == "cpu":
+        if CPU_FAST and target.device.type == "cpu" and not compiling():
             if high.item() > 1 or low.item() < 0:  # a read costs nothing on the CPU
                 RECORD.add(metric, ones((), dtype=int64))
             return out

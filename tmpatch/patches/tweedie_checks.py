@@ -26,10 +26,10 @@ one of the class ``update``).
 """
 from __future__ import annotations
 
-import contextvars
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from tmpatch.compiled import ContextSlot, compiling
 from tmpatch import deferred
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
@@ -64,7 +64,7 @@ def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
 RECORDS = {key: deferred.Record(f"tweedie_checks:{key}", _reporter(key)) for key in MESSAGES}
 
 #: the metric whose update is running in this thread / task, if it records
-_current: "contextvars.ContextVar[Optional[Any]]" = contextvars.ContextVar("tmpatch_tweedie", default=None)
+_current = ContextSlot("tmpatch_tweedie")  # a ContextVar; a plain slot while torch.compile traces
 
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
@@ -93,7 +93,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         metric = _current.get()
         if metric is None:
             return first if second is None else first or second
-        if CPU_FAST and first.device.type == "cpu":
+        if CPU_FAST and first.device.type == "cpu" and not compiling():
             if bool(first) or (second is not None and bool(second)):  # a read costs nothing on the CPU
                 RECORDS[key].add(metric, ones((), dtype=int64))
             return False

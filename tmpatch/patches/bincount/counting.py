@@ -7,11 +7,11 @@ and invalid positions in place but out of every count, and ``_bincount`` counts 
 """
 from __future__ import annotations
 
-import contextvars
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple
 
 from tmpatch import deferred, settings
+from tmpatch.compiled import ContextSlot, compiling
 
 MESSAGE = (
     "tmpatch bincount: {count} value(s) seen by update() since the last compute() of {name} were not valid "
@@ -52,8 +52,13 @@ class Update:
         RECORD.add(self.metric, mask.sum())
 
 
-#: the recorded update running in this thread / task, if any
-current: "contextvars.ContextVar[Optional[Update]]" = contextvars.ContextVar("tmpatch_bincount", default=None)
+#: the recorded update running in this thread / task, if any (a ContextVar; a plain slot in compiled code)
+current = ContextSlot("tmpatch_bincount")
+
+
+def recorded() -> Optional[Update]:
+    """The recorded update the caller runs in, if any."""
+    return current.get()
 
 
 def active() -> bool:
@@ -74,12 +79,12 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
     integral = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 
     def _bincount(original: Callable, x: Any, minlength: Optional[int] = None) -> Any:
-        update = current.get()
+        update = recorded()
         if (update is None or type(minlength) is not int or minlength <= 0 or x.dtype not in integral
                 or x.dim() != 1):
             return original(x, minlength=minlength)
         vouched, update.vouch, update.counted = update.vouch, False, True
-        if x.device.type == "cpu" and x.numel():
+        if x.device.type == "cpu" and x.numel() and not compiling():
             try:  # in range: torch.bincount is the count (and deterministic on the CPU)
                 out = bincount(x, minlength=minlength)
             except RuntimeError:  # a negative value

@@ -17,7 +17,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict, Tuple
 
-from tmpatch.patches.bincount.counting import current
+from tmpatch.patches.bincount.counting import recorded
 from tmpatch.spec import Edit, Rewrite
 
 _REMOVAL = "preds = preds[idx]\ntarget = target[idx]\n"
@@ -27,7 +27,7 @@ _ONE_HOT = "target = torch.nn.functional.one_hot(target, num_classes=num_classes
 def unremoved(preds: Any, target: Any, keep: Any) -> Tuple[Any, Any]:
     """``preds[keep], target[keep]`` (the release's removal), or, in a recorded update,
     ``preds`` and ``target`` with every position, the ignored ones marked."""
-    update = current.get()
+    update = recorded()
     if update is None:
         return preds[keep], target[keep]
     update.ignored = ~keep
@@ -40,7 +40,7 @@ def unremoved(preds: Any, target: Any, keep: Any) -> Tuple[Any, Any]:
 def classes(target: Any, num_classes: int) -> Any:
     """``target`` for ``one_hot``; in a recorded update, out-of-range classes are reported
     and replaced by class 0, their rows marked to be left out."""
-    update = current.get()
+    update = recorded()
     if update is None:
         return target
     invalid = (target < 0) | (target >= num_classes)
@@ -51,7 +51,7 @@ def classes(target: Any, num_classes: int) -> Any:
 
 def recording() -> bool:
     """Whether a recorded update is running (the formatter keeps ignored positions)."""
-    return current.get() is not None
+    return recorded() is not None
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:

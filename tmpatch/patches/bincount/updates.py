@@ -1,7 +1,7 @@
 """Wrappers (and two edits) of the release's update functions: counts without the positions
 that are ignored or not valid classes, with no boolean removal and no device read.
 
-In a recorded update (``counting.current``) each wrapper finds the positions to leave
+In a recorded update (``counting.recorded()``) each wrapper finds the positions to leave
 out (ignored, marked by the formatter edit; invalid: a target or label prediction
 outside the valid classes, reported at compute) and hands the release's own function
 inputs in which those positions cannot count:
@@ -25,7 +25,7 @@ import math
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tmpatch.patches.bincount.counting import Update, current
+from tmpatch.patches.bincount.counting import Update, recorded
 from tmpatch.spec import Edit, Rewrite
 
 
@@ -59,7 +59,7 @@ def build_stat_scores_update(module: ModuleType) -> Callable[..., Any]:
         original: Callable, preds: Any, target: Any, num_classes: int, top_k: int = 1,
         average: Optional[str] = "macro", multidim_average: str = "global", ignore_index: Optional[int] = None,
     ) -> Tuple[Any, Any, Any, Any]:
-        update = current.get()
+        update = recorded()
         if update is None or multidim_average == "samplewise" or top_k != 1 or type(num_classes) is not int:
             return original(preds, target, num_classes, top_k, average, multidim_average, ignore_index)
         valid = _classes(target, num_classes) & _classes(preds, num_classes)
@@ -84,7 +84,7 @@ def build_binary_confusion_update(module: ModuleType) -> Callable[..., Any]:
     where = torch.where
 
     def _binary_confusion_matrix_update(original: Callable, preds: Any, target: Any) -> Any:
-        update = current.get()
+        update = recorded()
         if update is None:
             return original(preds, target)
         out = _left_out(update, _binary(target) & _binary(preds))
@@ -102,7 +102,7 @@ def build_multiclass_confusion_update(module: ModuleType) -> Callable[..., Any]:
     where = torch.where
 
     def _multiclass_confusion_matrix_update(original: Callable, preds: Any, target: Any, num_classes: int) -> Any:
-        update = current.get()
+        update = recorded()
         if update is None or type(num_classes) is not int or preds.shape != target.shape:
             return original(preds, target, num_classes)
         out = _left_out(update, _classes(target, num_classes) & _classes(preds, num_classes))
@@ -121,7 +121,7 @@ def build_binary_curve_update(module: ModuleType) -> Callable[..., Any]:
     where = torch.where
 
     def _binary_precision_recall_curve_update(original: Callable, preds: Any, target: Any, thresholds: Any) -> Any:
-        update = current.get()
+        update = recorded()
         if update is None or thresholds is None:
             return original(preds, target, thresholds)
         out = _left_out(update, _binary(target))
@@ -145,7 +145,7 @@ def _multiclass_curve(average: bool) -> Callable[[ModuleType], Callable[..., Any
 
         def run(original: Callable, preds: Any, target: Any, num_classes: int, thresholds: Any,
                 extra: Tuple[Any, ...]) -> Any:
-            update = current.get()
+            update = recorded()
             if update is None or thresholds is None or type(num_classes) is not int:
                 return original(preds, target, num_classes, thresholds, *extra)
             if extra and extra[0] == "micro":
@@ -194,7 +194,7 @@ def multilabel_codes(codes: Any, preds: Any, target: Any, fill: int, scores: Any
     ``scores``, and target to ``fill``) and invalid ones (target, or label ``preds`` when
     given, not 0 or 1; reported). A target equal to ``fill`` counts as ignored where the
     preds cannot tell (thresholded preds are bool: the fill became True there)."""
-    update = current.get()
+    update = recorded()
     if update is None:
         return codes[codes >= 0]
     valid = _binary(target) if preds is None else _binary(target) & _binary(preds)

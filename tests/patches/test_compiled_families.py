@@ -1,0 +1,73 @@
+"""Compiled updates of the metrics whose patches mark the running update (issue 14's
+retrieval, nominal, fairness and Tweedie patches): their marker is a
+``compiled.ContextSlot``, so the update traces with one break (the update count), no
+recompile (but for list states, whose length torch.compile guards on), and the states of
+eager updates. A ContextVar there was a graph break inside
+the update (dynamo cannot trace one)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Tuple
+
+import pytest
+import torch
+
+import tmpatch
+from tests.conftest import assert_bitwise
+from tests.patches.test_compiled_update import OWN_BREAK, heavy
+from tests.patches.test_compiled_update import pytestmark as _torch_2_5
+
+pytestmark = _torch_2_5  # torch 2.5+
+
+dynamo = pytest.importorskip("torch._dynamo")
+from torch._dynamo.utils import counters  # noqa: E402
+
+N = 16
+
+
+def _cases() -> Dict[str, Tuple[Callable[[], Any], Callable[[torch.Generator], Tuple]]]:
+    from torchmetrics.classification import BinaryFairness
+    from torchmetrics.nominal import CramersV
+    from torchmetrics.regression import TweedieDevianceScore
+    from torchmetrics.retrieval import RetrievalMAP
+
+    def ints(g: torch.Generator, high: int) -> torch.Tensor:
+        return torch.randint(0, high, (N,), generator=g)
+
+    return {
+        "RetrievalMAP": (RetrievalMAP, lambda g: (torch.rand(N, generator=g), ints(g, 2), ints(g, 4))),
+        "CramersV": (lambda: CramersV(4), lambda g: (ints(g, 4), ints(g, 4))),
+        "TweedieDevianceScore": (TweedieDevianceScore,
+                                 lambda g: (torch.rand(N, generator=g) + 0.1, torch.rand(N, generator=g) + 0.1)),
+        "BinaryFairness": (lambda: BinaryFairness(2, validate_args=False),
+                           lambda g: (torch.rand(N, generator=g), ints(g, 2), ints(g, 2))),
+    }
+
+
+@heavy
+@pytest.mark.parametrize("name", ["RetrievalMAP", "CramersV", "TweedieDevianceScore", "BinaryFairness"])
+def test_a_marked_update_compiles_with_the_update_count_break_only(name):
+    tmpatch.apply()
+    make, inputs = _cases()[name]
+    g = torch.Generator().manual_seed(0)
+    batches = [inputs(g) for _ in range(3)]
+    metric, eager = make(), make()
+    dynamo.reset()
+    counters.clear()
+    step = torch.compile(lambda args: metric.update(*args), backend="eager")
+    step(batches[0])
+    lists = any(isinstance(default, list) for default in metric._defaults.values())
+    with dynamo.config.patch(error_on_recompile=not lists):  # a list state's length is a guard (README)
+        for batch in batches[1:]:
+            step(batch)
+    breaks = [reason.splitlines()[0][:200] for reason in counters["graph_break"] if OWN_BREAK not in reason]
+    assert breaks == []
+    for batch in batches:
+        eager.update(*batch)
+    for key in metric._defaults:
+        mine, want = getattr(metric, key), getattr(eager, key)
+        if isinstance(mine, list):
+            assert len(mine) == len(want), key
+            for a, b in zip(mine, want):
+                assert_bitwise(a, b)
+        else:
+            assert_bitwise(mine, want)

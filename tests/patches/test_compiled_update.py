@@ -1,0 +1,291 @@
+"""Metric updates inside torch.compile (CPU, ``backend="eager"``), patched and not.
+
+What a compiled step that calls ``metric.update`` must show with tmpatch applied, on
+every release: no crash, graph breaks only where the update count is raised (the
+``compiled_update`` patch runs that increment eagerly, on purpose), no recompile after
+the first step, states identical to eager updates, and the deferred reports given at
+``compute()``. Dynamo's counters count the breaks; ``error_on_recompile`` catches a
+recompile.
+
+Every release runs one compiled step over a metric of each family (one compile, a few
+seconds). The per-family runs, the unpatched controls and the reports run on
+COMPILE_RELEASES with torch 2.6+ (``TMPATCH_COMPILE_RELEASES=all`` or a comma list
+widens the releases). Nothing runs below torch 2.5, where compiled updates are not
+supported.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import pytest
+import torch
+
+import tmpatch
+from tests.conftest import assert_bitwise, release_in
+from tmpatch import settings
+
+dynamo = pytest.importorskip("torch._dynamo")
+from torch._dynamo.utils import counters  # noqa: E402
+
+#: one release per implementation of the formatters, _bincount and the NaN check, and the last
+COMPILE_RELEASES = ("1.0.0", "1.4.0", "1.6.1", "1.9.0")
+
+#: the break compiled_update makes on purpose: the update count, raised outside the graph
+OWN_BREAK = "_increment"
+
+N, C, L = 16, 5, 4
+
+
+def _torch_at_least(major: int, minor: int) -> bool:
+    return tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (major, minor)
+
+
+#: the compiled paths are made for torch 2.5+ (README, Inside torch.compile): on 2.1-2.4 dynamo
+#: breaks in torchmetrics' own Metric.__setattr__
+pytestmark = pytest.mark.skipif(not _torch_at_least(2, 5), reason="torch.compile support starts at torch 2.5")
+
+
+def _heavy() -> bool:
+    if not _torch_at_least(2, 6):  # older torch of the matrix (2.5.1): the sample step only (CI time)
+        return False
+    chosen = os.environ.get("TMPATCH_COMPILE_RELEASES", "")
+    if chosen == "all":
+        return True
+    releases = [r.strip() for r in chosen.split(",") if r.strip()] or list(COMPILE_RELEASES)
+    return any(release_in(f"=={r}") for r in releases)
+
+
+heavy = pytest.mark.skipif(not _heavy(), reason="on COMPILE_RELEASES with torch 2.6+ (TMPATCH_COMPILE_RELEASES=all "
+                                                "widens the releases)")
+
+
+# -- the metrics and their inputs ------------------------------------------------------
+def _inputs(kind: str, seed: int) -> Tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    if kind == "value":
+        return (torch.rand(N, generator=g),)
+    if kind == "multiclass":
+        return torch.rand(N, C, generator=g), torch.randint(0, C, (N,), generator=g)
+    if kind == "binary":
+        return torch.rand(N, generator=g), torch.randint(0, 2, (N,), generator=g)
+    return torch.rand(N, L, generator=g), torch.randint(0, 2, (N, L), generator=g)
+
+
+def _build(name: str, **extra: Any) -> Tuple[Any, str]:
+    """A metric of torchmetrics by class name, with the arguments a user would give, and
+    the kind of inputs its update takes."""
+    import torchmetrics
+    from torchmetrics import classification
+
+    if hasattr(torchmetrics.aggregation, name):
+        return getattr(torchmetrics.aggregation, name)(**extra), "value"
+    kwargs: Dict[str, Any] = {"validate_args": False, **extra}
+    if "AUROC" in name or "Curve" in name:
+        kwargs.setdefault("thresholds", 20)
+    cls = getattr(classification, name)
+    if name.startswith("Multiclass"):
+        return cls(num_classes=C, **kwargs), "multiclass"
+    if name.startswith("Multilabel"):
+        return cls(num_labels=L, **kwargs), "multilabel"
+    return cls(**kwargs), "binary"
+
+
+FAMILIES = {
+    "aggregation": ("MeanMetric", "SumMetric", "MaxMetric", "MinMetric"),
+    "multiclass stat scores": ("MulticlassAccuracy", "MulticlassF1Score", "MulticlassStatScores"),
+    "binary and multilabel stat scores": ("BinaryAccuracy", "BinaryStatScores", "MultilabelF1Score"),
+    "confusion matrices": ("BinaryConfusionMatrix", "MulticlassConfusionMatrix", "MultilabelConfusionMatrix"),
+    "binned curves": ("BinaryAUROC", "MulticlassPrecisionRecallCurve", "MultilabelPrecisionRecallCurve"),
+}
+
+#: one metric of each family, updated together in the every-release run
+SAMPLE = ("MeanMetric", "MulticlassAccuracy", "MultilabelF1Score", "MulticlassConfusionMatrix", "BinaryAUROC")
+
+
+# -- a compiled run ------------------------------------------------------------------------
+class Run:
+    """What a compiled run showed: break reasons (-> count), whether a later step
+    recompiled, the error that stopped it, and the metrics."""
+
+    def __init__(self, metrics: List[Any]) -> None:
+        self.metrics = metrics
+        self.breaks: Dict[str, int] = {}
+        self.recompiled = False
+        self.error: Optional[BaseException] = None
+
+    @property
+    def foreign(self) -> List[str]:
+        """Break reasons other than compiled_update's own."""
+        return [reason.splitlines()[0][:200] for reason in self.breaks if OWN_BREAK not in reason]
+
+
+def compiled_run(names: Sequence[str], steps: int = 4, *, fullgraph: bool = False, holder: bool = False,
+                 seeds: Optional[Sequence[int]] = None, inputs: Optional[Callable[[str, int], Tuple]] = None,
+                 stop_on_recompile: bool = True, **extra: Any) -> Run:
+    """Build the metrics (after ``apply()`` when the test applied it), then update them all
+    in one compiled step, ``steps`` times with fresh inputs of the same shapes.
+    ``holder``: the metrics are attributes of a compiled ``nn.Module`` (else globals).
+    ``stop_on_recompile``: a recompile after the first step ends the run (``recompiled``)."""
+    built = [_build(name, **extra) for name in names]
+    metrics = [metric for metric, _ in built]
+    run = Run(metrics)
+    make = inputs or _inputs
+    batches = [[make(kind, seed * 31 + i) for i, (_, kind) in enumerate(built)] for seed in (seeds or range(steps))]
+
+    def step(batch: List[Tuple]) -> None:
+        for metric, args in zip(metrics, batch):
+            metric.update(*args)
+
+    if holder:
+        class Holder(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.inner = torch.nn.ModuleList(metrics)
+
+            def forward(self, batch: List[Tuple]) -> None:
+                for metric, args in zip(self.inner, batch):
+                    metric.update(*args)
+
+        target: Callable = Holder()
+    else:
+        target = step
+    dynamo.reset()
+    counters.clear()
+    fn = torch.compile(target, backend="eager", fullgraph=fullgraph)
+    try:
+        fn(batches[0])
+        with dynamo.config.patch(error_on_recompile=stop_on_recompile):
+            for batch in batches[1:]:
+                fn(batch)
+    except dynamo.exc.RecompileError:
+        run.recompiled = True
+    except Exception as exc:  # noqa: BLE001 - the run's outcome, asserted by the test
+        run.error = exc
+    run.breaks = dict(counters["graph_break"])
+    run.batches = batches  # type: ignore[attr-defined]
+    return run
+
+
+def eager_states(names: Sequence[str], batches: List[List[Tuple]], **extra: Any) -> List[Dict[str, Any]]:
+    metrics = [_build(name, **extra)[0] for name in names]
+    for batch in batches:
+        for metric, args in zip(metrics, batch):
+            metric.update(*args)
+    return [states(metric) for metric in metrics]
+
+
+def states(metric: Any) -> Dict[str, Any]:
+    return {key: getattr(metric, key) for key in metric._defaults}
+
+
+def assert_same_states(run: Run, names: Sequence[str], **extra: Any) -> None:
+    """The compiled run's states are those of the same updates made eagerly (patched)."""
+    expected = eager_states(names, run.batches, **extra)  # type: ignore[attr-defined]
+    for name, metric, want in zip(names, run.metrics, expected):
+        for key, value in states(metric).items():
+            if isinstance(value, list):
+                assert len(value) == len(want[key]), (name, key)
+                for a, b in zip(value, want[key]):
+                    assert_bitwise(a, b)
+            else:
+                assert_bitwise(value, want[key])
+
+
+def assert_clean(run: Run) -> None:
+    assert run.error is None, f"compiled step failed: {type(run.error).__name__}: {run.error}"
+    assert not run.foreign, f"graph breaks besides the update count's: {run.foreign}"
+    assert not run.recompiled, "a step after the first recompiled"
+
+
+# -- every release ---------------------------------------------------------------------------
+def test_a_compiled_step_over_every_family_breaks_only_at_the_update_count():
+    tmpatch.apply()
+    run = compiled_run(SAMPLE, steps=2)  # the second step would recompile on a guard the first set
+    assert_clean(run)
+    assert any(OWN_BREAK in reason for reason in run.breaks)
+    assert_same_states(run, SAMPLE)
+
+
+# -- per family (COMPILE_RELEASES) -------------------------------------------------------------
+@heavy
+def test_every_metric_of_every_family_compiles_cleanly():
+    names = [name for family in sorted(FAMILIES) for name in FAMILIES[family]]  # one step: one compile
+    tmpatch.apply()
+    run = compiled_run(names, steps=3)
+    assert_clean(run)
+    assert_same_states(run, names)
+
+
+@heavy
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_unpatched_the_same_step_breaks_elsewhere_or_fails(family):
+    """The control: without tmpatch the step crashes or breaks in the update's own code."""
+    run = compiled_run(FAMILIES[family], steps=1)
+    assert run.error is not None or run.foreign
+
+
+@heavy
+def test_ignore_index_compiles_cleanly():
+    names = ["MulticlassAccuracy", "MulticlassConfusionMatrix", "BinaryAUROC", "MultilabelConfusionMatrix"]
+    tmpatch.apply()
+    run = compiled_run(names, steps=3, ignore_index=1)
+    assert_clean(run)
+    assert_same_states(run, names, ignore_index=1)
+
+
+@heavy
+def test_a_nan_report_waits_for_compute_in_compiled_steps():
+    tmpatch.apply()
+
+    def with_nan(kind: str, seed: int) -> Tuple:
+        values = torch.rand(N)
+        values[seed % N] = float("nan")
+        return (values,)
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        run = compiled_run(["MeanMetric", "SumMetric"], steps=3, inputs=with_nan, nan_strategy="warn")
+        during = [str(w.message) for w in seen if "nan" in str(w.message).lower()]
+        mean = run.metrics[0]
+        mean.compute()
+        after = [str(w.message) for w in seen if "nan" in str(w.message).lower()]
+    assert_clean(run)
+    assert during == []
+    assert len(after) == 1 and "in 3 update(s)" in after[0], after
+
+
+@heavy
+def test_an_invalid_class_is_reported_at_compute_after_compiled_steps():
+    tmpatch.apply()
+
+    def with_bad_target(kind: str, seed: int) -> Tuple:
+        preds, target = _inputs(kind, seed)
+        target[0] = C + 2  # not a class
+        return preds, target
+
+    run = compiled_run(["MulticlassConfusionMatrix"], steps=3, inputs=with_bad_target)
+    assert_clean(run)
+    with pytest.raises(RuntimeError, match="3 value"):
+        run.metrics[0].compute()
+    run.metrics[0].reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the release's "compute before update"
+        run.metrics[0].compute()  # reported once: nothing pending after reset
+
+
+@heavy
+def test_fullgraph_with_the_traced_update_count():
+    """``update_count="traced"``: no break at all; the count is a guard torch can make dynamic
+    when the metric is a module's attribute (one recompile at most)."""
+    names = FAMILIES["aggregation"] + FAMILIES["multiclass stat scores"] + FAMILIES["binary and multilabel stat scores"]
+    tmpatch.apply()
+    settings.set_policy("update_count", "traced")
+    try:
+        run = compiled_run(names, steps=3, fullgraph=True, holder=True, stop_on_recompile=False)
+        assert run.error is None, f"{type(run.error).__name__}: {run.error}"
+        assert run.breaks == {}
+        assert_same_states(run, names)
+    finally:
+        settings.set_policy("update_count", "outside")

@@ -1,0 +1,104 @@
+"""tmpatch.compiled and the engine's layers under torch.compile (no torchmetrics involved)."""
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from tmpatch import compiled
+from tmpatch.engine import Engine
+
+#: nothing here depends on the torchmetrics release: the matrix runs it with each torch's first
+pytestmark = pytest.mark.once
+
+dynamo = pytest.importorskip("torch._dynamo")
+from torch._dynamo.utils import counters  # noqa: E402
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    pkg = tmp_path / "toycompile"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core.py").write_text(textwrap.dedent('''
+        def target(x, scale=2):
+            return x * scale
+
+        def plain(x):
+            return x * 3
+
+        class Thing:
+            def method(self, x, shift=1):
+                return x + shift
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    for name in [n for n in sys.modules if n.split(".")[0] == "toycompile"]:
+        del sys.modules[name]
+
+
+def _compile(fn):
+    dynamo.reset()
+    counters.clear()
+    return torch.compile(fn, backend="eager")
+
+
+def test_compiled_code_calls_the_replacement_and_breaks_nowhere(toy):
+    """A wrapt proxy was taken for the function it wraps (compiled code ran the original),
+    or failed on its ``__defaults__``: the engine's layers are plain functions."""
+    import toycompile.core as core
+
+    engine = Engine()
+    engine.install(("toycompile.core", "target"), lambda original, x, scale=2: original(x, scale) + 100,
+                   method=False, scope="toycompile", sweep=True)
+    engine.install(("toycompile.core", "Thing.method"), lambda original, self, x, shift=1: original(self, x, shift) * 10,
+                   method=True, scope="toycompile", sweep=True)
+    engine.install(("toycompile.core", "plain"), lambda original, x: original(x) + 1000,
+                   method=False, scope="toycompile", sweep=True)
+    thing = core.Thing()
+    plain = _compile(lambda x: core.plain(x))
+    assert torch.equal(plain(torch.ones(1)), torch.full((1,), 1003.0))  # a proxy: 3.0, silently
+    step = _compile(lambda x: core.target(x) + thing.method(x))
+    x = torch.ones(3)
+    assert torch.equal(step(x), core.target(x) + thing.method(x))
+    assert torch.equal(step(x), torch.full((3,), 102.0 + 20.0))
+    assert counters["graph_break"] == {}
+    engine.remove(("toycompile.core", "target"), scope="toycompile")
+    engine.remove(("toycompile.core", "Thing.method"), scope="toycompile")
+    assert torch.equal(step(x), torch.full((3,), 2.0 + 2.0))  # passes through once reverted (guards recompile)
+
+
+def test_compiling_is_true_only_while_tracing():
+    compiled.prepare(lambda name, callback: None)
+    seen = []
+
+    def probe(x):
+        return x + (1 if compiled.compiling() else 0)
+
+    assert compiled.compiling() is False
+    assert torch.equal(_compile(probe)(torch.zeros(1)), torch.ones(1))
+    seen.append(compiled.compiling())
+    assert seen == [False]
+
+
+def test_outside_runs_eagerly_and_nothing_it_touches_is_guarded():
+    compiled.prepare(lambda name, callback: None)
+
+    class Box(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+    def bump(box):
+        box.count += 1
+
+    outside = compiled.Outside(bump)
+    box = Box()
+    step = _compile(lambda x: (outside(box), x + 1)[1])
+    with dynamo.config.patch(error_on_recompile=True):
+        for _ in range(4):
+            step(torch.zeros(1))
+    assert box.count == 4
+    assert any("bump" in reason for reason in counters["graph_break"])

@@ -1,0 +1,151 @@
+"""What patches need of ``torch.compile``: whether code is being traced, calls left out
+of the graph, and a context variable compiled code can use.
+
+A patch keeps the release's eager code path and switches to a traceable one only where
+the eager one cannot be compiled (a ``ContextVar``, an ``if`` on a device value): it
+asks :func:`compiling`, which is torch's own check (``torch.compiler.is_compiling``;
+``torch._dynamo.is_compiling`` before torch 2.3), True while dynamo traces and False in
+eager code. :class:`Outside` runs a function eagerly from compiled code (a graph break
+where it is called): for bookkeeping whose value torch.compile would otherwise guard
+on, and recompile for, at every step.
+
+Nothing here imports ``torch._dynamo`` (seconds of start-up): the pieces that need it
+are made when it is imported, by a post-import hook armed with :func:`prepare`.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import sys
+from typing import Any, Callable, List, Optional
+
+log = logging.getLogger("tmpatch")
+
+DYNAMO = "torch._dynamo"
+
+
+def _never() -> bool:
+    return False
+
+
+class _State:
+    """Bound once torch (and, for some pieces, torch._dynamo) is loaded."""
+
+    __slots__ = ("is_compiling", "dynamic_ints", "dynamo_bound")
+
+    def __init__(self) -> None:
+        self.is_compiling: Callable[[], bool] = _never
+        self.dynamic_ints: Callable[[], Any] = contextlib.nullcontext
+        self.dynamo_bound = False
+
+
+_state = _State()
+_outsides: List["Outside"] = []
+
+
+def compiling() -> bool:
+    """Whether torch.compile is tracing the caller (False in eager code)."""
+    return _state.is_compiling()
+
+
+def dynamic_ints() -> Any:
+    """A context manager under which torch.compile treats integer attributes of modules as
+    dynamic (a symbol, not a constant to guard on): its traceable config patch
+    ``allow_unspec_int_on_nn_module`` where torch has one (2.13 has, 2.5.1 has not), else nothing."""
+    return _state.dynamic_ints()
+
+
+class Outside:
+    """``fn``, called from compiled code, runs eagerly (``torch._dynamo.disable``): a
+    graph break there, and nothing it reads becomes a guard. ``ready``: the eager
+    twin exists (torch._dynamo is loaded); else :meth:`__call__` runs ``fn`` as is."""
+
+    __slots__ = ("fn", "eager")
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.eager: Optional[Callable[..., Any]] = None
+        _outsides.append(self)
+        if DYNAMO in sys.modules:
+            self._bind(sys.modules[DYNAMO])
+
+    def _bind(self, dynamo: Any) -> None:
+        if self.eager is None:
+            self.eager = dynamo.disable(self.fn)
+
+    @property
+    def ready(self) -> bool:
+        return self.eager is not None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        eager = self.eager
+        if eager is None:
+            return self.fn(*args, **kwargs)
+        return eager(*args, **kwargs)
+
+
+class ContextSlot:
+    """A ``contextvars.ContextVar`` that compiled code can use: ``get()``, ``set(value)``
+    (returns a token) and ``reset(token)``, as a ContextVar in eager code and as a plain
+    slot while torch.compile traces (dynamo cannot trace a ContextVar; the graph never
+    reads the slot: dynamo resolves it while tracing and writes the last value back).
+    A value set in compiled code is not seen by eager code running in the middle of it
+    (a frame dynamo gave up on), and is shared by threads while it is set."""
+
+    __slots__ = ("_var", "traced")
+
+    def __init__(self, name: str) -> None:
+        self._var: "contextvars.ContextVar[Any]" = contextvars.ContextVar(name, default=None)
+        self.traced: Any = None
+
+    def get(self) -> Any:
+        if compiling():
+            return self.traced
+        return self._var.get()
+
+    def set(self, value: Any) -> Any:
+        if compiling():
+            token, self.traced = (self.traced,), value  # a tuple: never a contextvars.Token
+            return token
+        return self._var.set(value)
+
+    def reset(self, token: Any) -> None:
+        if type(token) is tuple:
+            self.traced = token[0]
+        else:
+            self._var.reset(token)
+
+
+def _bind_torch() -> None:
+    import torch
+
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if check is not None:
+        _state.is_compiling = check
+    elif DYNAMO in sys.modules:
+        _state.is_compiling = sys.modules[DYNAMO].is_compiling  # torch < 2.3
+
+
+def on_dynamo(module: Any) -> None:
+    """Post-import hook of ``torch._dynamo``: bind the pieces that need it."""
+    _bind_torch()
+    patch = getattr(getattr(module, "decorators", None), "patch_dynamo_config", None)
+    allowed = getattr(getattr(module, "decorators", None), "_allowed_config_patches", ())
+    if patch is not None and "allow_unspec_int_on_nn_module" in allowed:
+        _state.dynamic_ints = lambda: patch(allow_unspec_int_on_nn_module=True)
+    for outside in _outsides:
+        outside._bind(module)
+    _state.dynamo_bound = True
+
+
+def prepare(arm: Callable[[str, Callable[[Any], None]], None]) -> None:
+    """Bind torch's check now, and the rest once ``torch._dynamo`` is imported
+    (``arm(module_name, callback)``: the engine's post-import hook). Idempotent."""
+    if _state.is_compiling is _never:
+        _bind_torch()
+    if DYNAMO in sys.modules:
+        if not _state.dynamo_bound:
+            on_dynamo(sys.modules[DYNAMO])
+    else:
+        arm(DYNAMO, on_dynamo)
