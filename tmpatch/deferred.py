@@ -114,11 +114,17 @@ def open_book(metric: Any) -> Book:
     return book
 
 
-def moved(metric: Any) -> None:
-    """After ``metric`` moved (``.to()``, ``.cuda()``): its traced counts follow it."""
+def moved(metric: Any, fn: Optional[Callable[[Any], Any]] = None) -> None:
+    """After ``metric._apply(fn)`` (``.to()``, ``.cuda()``, ...): its traced counts go where its
+    states went, through the same ``fn`` (no copy of our own: a simulated device stays one)."""
     book = book_of(metric)
+    if book is None or not book.traced:
+        return
+    if fn is not None:
+        book.traced = {key: fn(value) for key, value in book.traced.items()}
+        return
     device = getattr(metric, "device", None)
-    if book is not None and device is not None:
+    if device is not None:
         book.traced = {key: value.to(device) for key, value in book.traced.items()}
 
 

@@ -99,7 +99,8 @@ def _build_apply(module: ModuleType) -> Callable[..., Any]:
 
     def _apply(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
-        deferred.moved(self)
+        fn = args[0] if args else kwargs.get("fn")
+        deferred.moved(self, fn if callable(fn) else None)
         return result
 
     return _apply
