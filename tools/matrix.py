@@ -54,7 +54,8 @@ BETWEEN = "0.2"
 PLAN: Dict[str, Tuple[str, ...]] = {
     CURRENT: RELEASES,
     "2.5.1": ("1.6.1", "1.5.2"),  # autumn 2024; 1.6.1 + 2.5.1: the best-known report of metric syncs
-    "2.1.2": ("1.0.0", "1.2.1", "1.4.0"),  # the oldest torch supported, autumn 2023
+    # torch 2.1.2 (1.0.0, 1.2.1, 1.4.0) is out of the plan until its known failures are fixed
+    # (README, Supported versions): `python tools/matrix.py --torch 2.1.2 -r 1.0.0` runs it
 }
 
 #: with an older torch, the tests whose outcome can depend on torch: the audit, every patch
