@@ -97,7 +97,13 @@ def _rules() -> Any:
 
 
 def _build_sync_dist(module: ModuleType) -> Callable[..., Any]:
+    import torch
+
     from tmpatch.patches.coalesced_sync import flow
+
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 5):
+        # its byte buffer fails on torch 2.1 ("Invalid scalar type"): the release's sync stays
+        raise RuntimeError(f"coalesced_sync needs torch 2.5 or later (this is {torch.__version__})")
 
     rules = _rules()
     return functools.partial(flow.sync_dist, rules)
