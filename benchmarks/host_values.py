@@ -9,8 +9,8 @@ way): interleaved rounds of unpatched (U), patched (P) and unpatched again (N) s
 after ``revert()`` (+ ``apply(patches)`` for P, which adds the patches they require) with
 its metrics rebuilt; the fastest of a few blocks on the thread CPU clock; per-round ratios
 P/U and the null row N/U (the noise floor). One ``update`` per patch, on small valid inputs;
-a class the release lacks is left out (Dice from 1.7.0). Writes nothing but stdout;
-benchmarks/host_values.txt holds the last recorded run.
+a class the release lacks is left out (Dice from 1.7.0). Writes nothing but stdout
+(no run recorded yet: save one as benchmarks/host_values.txt with this command).
 """
 from __future__ import annotations
 
