@@ -55,7 +55,7 @@ echo "install check: PYTHON=$PYTHON ($("$PYTHON" -c 'import sys; print(sys.versi
 # a clean copy of the tree (tracked and untracked files, no build leftovers), so that
 # nothing is built inside the repository
 SRC="$WORK/src"
-step "copy the source tree" bash -c "mkdir -p '$SRC' && tar -C '$ROOT' --exclude=./.git --exclude=./.venv \
+step "copy the source tree" bash -c "mkdir -p '$SRC' && tar -C '$ROOT' --exclude=./.git --exclude=./.venv --exclude=./.venvs --exclude='./.venvs-*' \
   --exclude=./.matrix --exclude=./build --exclude=./dist --exclude='*.egg-info' --exclude=__pycache__ \
   --exclude=.hypothesis -cf - . | tar -C '$SRC' -xf -"
 # build with the base's setuptools when it has a PEP 660 one (>= 64), else let pip

@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import subprocess
@@ -125,9 +126,10 @@ def spawn(
         )
     deadline = time.monotonic() + timeout
     try:
-        # grace_period: when a rank fails, the others get a few seconds to fail (and
-        # write their traceback) on their own before they are terminated
-        while not context.join(timeout=max(0.0, min(0.5, deadline - time.monotonic())), grace_period=5.0):
+        # grace_period (torch 2.6+): when a rank fails, the others get a few seconds to fail
+        # (and write their traceback) on their own before they are terminated
+        grace = {"grace_period": 5.0} if "grace_period" in inspect.signature(context.join).parameters else {}
+        while not context.join(timeout=max(0.0, min(0.5, deadline - time.monotonic())), **grace):
             if time.monotonic() >= deadline:
                 killed = _kill(context.processes)
                 raise WorkerTimeout(
