@@ -79,7 +79,7 @@ def _other_tracebacks(context: Any, exc: Any) -> str:
     import pickle
 
     text = ""
-    for rank, path in enumerate(context.error_files):
+    for rank, path in enumerate(getattr(context, "error_files", ())):  # torch 2.1: error queues, no files
         if rank == getattr(exc, "error_index", None) or not path or not os.path.exists(path):
             continue
         try:
@@ -140,7 +140,7 @@ def spawn(
         raise WorkerError(f"{fn.__name__} on {world_size} ranks failed:{exc}{_other_tracebacks(context, exc)}") from None
     finally:
         _kill(context.processes)  # nothing outlives the call
-        for path in context.error_files:
+        for path in getattr(context, "error_files", ()):
             if path and os.path.exists(path):
                 os.unlink(path)
     return load_results(out_dir, range(world_size))
