@@ -38,6 +38,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict
 
+from tmpatch.compiled import compiling
 from tmpatch.spec import Edit, Label, Patch, Rewrite, Target, UPSTREAM, Variant, since, span
 
 _CHECK = "if not torch.all((preds >= 0) * (preds <= 1)):\n    preds = preds.{}\n"
@@ -52,7 +53,9 @@ def _helpers(module: ModuleType) -> Dict[str, Callable[[Any], Any]]:
     def choose(normalise: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def probabilities(preds: Any) -> Any:
             inside = ((preds >= 0) & (preds <= 1)).all()  # 0-d, stays on the device
-            if not preds.is_floating_point():  # the result's dtype depends on the values: read, as the release
+            # integers: the result's dtype depends on the values; the CPU outside torch.compile:
+            # reading costs no sync (and float16 has no CPU softmax before torch 2.2): read, as the release
+            if not preds.is_floating_point() or (preds.device.type == "cpu" and not compiling()):
                 return preds if bool(inside) else normalise(preds)
             return where(inside, preds, normalise(preds))
 
