@@ -169,7 +169,7 @@ class _Index:
     added at the next lookup, and each place is checked against its current value."""
 
     def __init__(self) -> None:
-        self._scopes: Dict[str, Tuple[Dict[str, Any], Dict[int, Any]]] = {}
+        self._scopes: Dict[Tuple[str, bool], Tuple[Dict[str, Any], Dict[int, Any]]] = {}
 
     @staticmethod
     def _note(places: Dict[int, Any], value: Any, entry: Tuple[str, Any, Any]) -> None:
@@ -182,26 +182,32 @@ class _Index:
         else:
             places[key] = [found, entry]
 
-    def _add(self, module_name: str, module: Any, scope: str, places: Dict[int, Any]) -> None:
+    def _add(self, module_name: str, module: Any, scope: str, places: Dict[int, Any], plain: bool) -> None:
         namespace = _sweepable(module_name, module)
         if namespace is None:
             return
         note = self._note
+        function = types.FunctionType
         for attr, value in list(namespace.items()):
-            note(places, value, ("attr", module, attr))
+            if not plain or type(value) is function:
+                note(places, value, ("attr", module, attr))
         if _in_scope(module_name, scope):
             for value, place in _default_places(module):
-                note(places, value, (place.kind, place.holder, place.slot))
+                if not plain or type(value) is function:
+                    note(places, value, (place.kind, place.holder, place.slot))
 
     def find(self, old: Dict[int, Any], scope: str) -> Iterator[Place]:
-        indexed, places = self._scopes.setdefault(scope, ({}, {}))
+        # plain functions (what tmpatch looks for, but for a stranger's wrapper object) are held
+        # only where a plain function is: an index of those alone is a fifth of the size
+        plain = all(type(obj) is types.FunctionType for obj in old.values())
+        indexed, places = self._scopes.setdefault((scope, plain), ({}, {}))
         collecting = gc.isenabled()
         gc.disable()  # tens of thousands of small tuples: the collector would triple the cost
         try:
             for module_name, module in list(sys.modules.items()):
                 if indexed.get(module_name) is not module:
                     indexed[module_name] = module
-                    self._add(module_name, module, scope, places)
+                    self._add(module_name, module, scope, places, plain)
         finally:
             if collecting:
                 gc.enable()

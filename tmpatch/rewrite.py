@@ -24,6 +24,13 @@ for _feature in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
 
 
+#: ``id(code)`` of a release function, the edits' texts and the helpers' names -> that code
+#: object (held, so the id stays its own) and the compiled factory: an apply after a revert
+#: compiles nothing again
+_COMPILED: Dict[Tuple[int, Tuple[Tuple[str, str], ...], Tuple[str, ...]],
+                Tuple[types.CodeType, types.CodeType]] = {}
+
+
 class RewriteError(ValueError):
     """The function cannot be rewritten as asked (a statement not found, or found twice)."""
 
@@ -74,20 +81,10 @@ def _apply(function: ast.FunctionDef, edit: Any) -> None:
         block.append(ast.copy_location(ast.Pass(), first))
 
 
-def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapping[str, Any]] = None
-            ) -> types.FunctionType:
-    """``func`` with ``edits`` applied: a new function of the same module, defaults and name.
-
-    ``edits``: objects with ``find`` and ``replace`` source texts (:class:`tmpatch.spec.Edit`).
-    ``names``: objects the replacement statements use (bound as closure variables, so the
-    module's namespace is not touched). Raises :class:`RewriteError` when an edit does not
-    match exactly once, and for functions it cannot rebuild faithfully (closures, decorators).
-    """
-    if not isinstance(func, types.FunctionType):
-        raise RewriteError(f"{func!r} is not a Python function")
+def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str, ...]) -> types.CodeType:
+    """The module code that defines ``__tmpatch_rewrite__(*helpers)``, a factory returning the
+    edited function."""
     code = func.__code__
-    if code.co_freevars:
-        raise RewriteError(f"{func.__qualname__} is a closure ({', '.join(code.co_freevars)})")
     try:
         raw = inspect.getsource(func)
     except (OSError, TypeError) as exc:
@@ -109,10 +106,6 @@ def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapp
     for edit in edits:
         _apply(function, edit)
     ast.increment_lineno(tree, code.co_firstlineno - 1)
-    helpers = dict(names or {})
-    clash = set(helpers) & (set(code.co_varnames) | set(code.co_names))
-    if clash:
-        raise RewriteError(f"{func.__qualname__} already uses the name(s) {', '.join(sorted(clash))}")
     # a factory whose parameters are the helpers: the edited function closes over them
     module = ast.parse(f"def __tmpatch_rewrite__({', '.join(helpers)}):\n    return {function.name}\n")
     factory = module.body[0]
@@ -121,9 +114,36 @@ def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapp
     for node in ast.walk(module):
         if id(node) not in inside and hasattr(node, "lineno"):
             ast.copy_location(node, function)
-    namespace: Dict[str, Any] = {}
     flags = code.co_flags & _FUTURE_FLAGS  # e.g. ``from __future__ import annotations`` of the release's module
-    compiled = compile(module, code.co_filename, "exec", flags=flags, dont_inherit=True)
+    return compile(module, code.co_filename, "exec", flags=flags, dont_inherit=True)
+
+
+def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapping[str, Any]] = None
+            ) -> types.FunctionType:
+    """``func`` with ``edits`` applied: a new function of the same module, defaults and name.
+
+    ``edits``: objects with ``find`` and ``replace`` source texts (:class:`tmpatch.spec.Edit`).
+    ``names``: objects the replacement statements use (bound as closure variables, so the
+    module's namespace is not touched). Raises :class:`RewriteError` when an edit does not
+    match exactly once, and for functions it cannot rebuild faithfully (closures, decorators).
+    """
+    if not isinstance(func, types.FunctionType):
+        raise RewriteError(f"{func!r} is not a Python function")
+    code = func.__code__
+    if code.co_freevars:
+        raise RewriteError(f"{func.__qualname__} is a closure ({', '.join(code.co_freevars)})")
+    helpers = dict(names or {})
+    clash = set(helpers) & (set(code.co_varnames) | set(code.co_names))
+    if clash:
+        raise RewriteError(f"{func.__qualname__} already uses the name(s) {', '.join(sorted(clash))}")
+    key = (id(code), tuple((edit.find, edit.replace) for edit in edits), tuple(helpers))
+    cached = _COMPILED.get(key)
+    if cached is not None and cached[0] is code:
+        compiled = cached[1]
+    else:
+        compiled = _compile(func, edits, tuple(helpers))
+        _COMPILED[key] = (code, compiled)
+    namespace: Dict[str, Any] = {}
     exec(compiled, func.__globals__, namespace)  # noqa: S102 - the release's own code, edited
     new = namespace["__tmpatch_rewrite__"](*helpers.values())
     new.__defaults__ = func.__defaults__
