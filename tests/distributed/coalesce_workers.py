@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Sequence
 
 import torch
 
-from .ddp_workers import PG_TIMEOUT, _finish, _watchdog
+from .ddp_workers import PG_TIMEOUT, _finish, _watchdog, save
 
 #: every collective of torch.distributed a sync could make
 COLLECTIVES = (
@@ -338,7 +338,7 @@ def run_rank(rank: int, world: int, init_method: str, out_dir: str, modes: Seque
     """Entry point (``ddp_launch.spawn``): every case, every mode."""
     _init(rank, world, init_method)
     try:
-        torch.save(run_all(rank, world, modes, empty_ok), os.path.join(out_dir, f"rank{rank}.pt"))
+        save(out_dir, rank, run_all(rank, world, modes, empty_ok))
     finally:
         _finish()
 
@@ -360,7 +360,7 @@ def run_mixed(rank: int, world: int, init_method: str, out_dir: str, patched: Se
     out = attempt(metric.compute)
     out["seconds"] = time.monotonic() - start
     out["state"] = tmpatch.status()["coalesced_sync"].state
-    torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
+    save(out_dir, rank, out)
     sys.stdout.flush()
     os._exit(0)  # the process group is broken after a timeout: do not wait in its teardown
 
@@ -378,6 +378,6 @@ def run_releases(rank: int, world: int, init_method: str, out_dir: str, folders:
         out = _collection(counter, "issue", "releases", rank, world)
         out["release"] = torchmetrics.__version__
         out["state"] = tmpatch.status()["coalesced_sync"].state
-        torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
+        save(out_dir, rank, out)
     finally:
         _finish()

@@ -23,7 +23,9 @@ import time, so the parent can import it for the data.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
+import signal
 import sys
 import threading
 import time
@@ -267,8 +269,18 @@ def run_all(rank: int, world_size: int, modes: Sequence[str]) -> Dict[str, Any]:
     return result
 
 
+def save(out_dir: str, rank: int, result: Any) -> None:
+    """Write this rank's result whole or not at all (the launcher may read it while a
+    rank is still tearing its process group down)."""
+    path = os.path.join(out_dir, f"rank{rank}.pt")
+    torch.save(result, path + ".part")
+    os.replace(path + ".part", path)
+
+
 def _watchdog() -> None:
-    """End this process if it outlives WORKER_DEADLINE (no orphan ever hangs)."""
+    """End this process if it outlives WORKER_DEADLINE (no orphan ever hangs); a SIGTERM
+    from the launcher (its timeout) first prints every thread's stack, to say where it hung."""
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     def expire() -> None:
         sys.stderr.write(f"ddp_workers: pid {os.getpid()} passed its {WORKER_DEADLINE:.0f}s deadline; exiting\n")
         sys.stderr.flush()
@@ -301,7 +313,7 @@ def run_rank(rank: int, world_size: int, init_method: str, out_dir: str, modes: 
     _init(rank, world_size, init_method)
     try:
         result = run_all(rank, world_size, modes)
-        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+        save(out_dir, rank, result)
     finally:
         _finish()
 
@@ -325,6 +337,15 @@ def hang_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> Non
     with open(os.path.join(out_dir, f"pid{rank}"), "w") as handle:
         handle.write(str(os.getpid()))
     time.sleep(600)
+
+
+def teardown_hang_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> None:
+    """Every rank writes its result; then rank 1 sleeps far past any test timeout (a rank
+    stuck tearing its process group down)."""
+    _watchdog()
+    save(out_dir, rank, {"rank": rank})
+    if rank == 1:
+        time.sleep(600)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

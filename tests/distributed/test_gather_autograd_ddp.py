@@ -47,6 +47,7 @@ from .ddp_workers import (
     gather_case,
     hang_rank,
     run_rank,
+    teardown_hang_rank,
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -348,6 +349,15 @@ def test_hanging_run_is_killed_at_its_timeout(tmp_path):
         pid = int(pid_file.read_text())
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # reaped: no such process
+
+
+@launcher_only
+def test_a_rank_stuck_after_writing_its_result_is_killed_and_the_run_kept(tmp_path, capfd):
+    start = time.monotonic()
+    results = ddp_launch.spawn(teardown_hang_rank, 2, str(tmp_path / "run"), timeout=6)
+    assert results == {0: {"rank": 0}, 1: {"rank": 1}} and time.monotonic() - start < 30
+    err = capfd.readouterr().err
+    assert "every rank wrote its result" in err and "teardown_hang_rank" in err  # the rank's stack
 
 
 # -- the command line ----------------------------------------------------------
