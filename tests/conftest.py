@@ -67,6 +67,13 @@ def release_in(spec: str) -> bool:
     return torchmetrics_release() in SpecifierSet(spec, prereleases=True)
 
 
+def torch_at_least(major: int, minor: int) -> bool:
+    """Whether the torch under test is ``major.minor`` or later."""
+    import torch
+
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (major, minor)
+
+
 def run_python(code: str, env: Optional[dict] = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter with this one's path; fail loudly on error."""
     full_env = dict(os.environ)

@@ -13,7 +13,7 @@ import wrapt
 import tmpatch
 from tmpatch import patches as catalogue
 from tmpatch.spec import Variant
-from tests.conftest import lazily_imported_patches, release_in, run_python
+from tests.conftest import lazily_imported_patches, release_in, run_python, torch_at_least
 
 import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
 from torchmetrics.utilities import compute, distributed
@@ -398,6 +398,7 @@ def test_item8_a_mock_around_revert_is_shown_in_status_and_apply_rearms_every_bi
     assert all(vars(sys.modules[m])["_bincount"] is original for m in holders)
 
 
+@pytest.mark.skipif(not torch_at_least(2, 5), reason="coalesced_sync needs torch 2.5 or later")
 def test_two_patches_wrapping_one_target_are_joined_and_taken_off_one_at_a_time():
     """deferred_reports and coalesced_sync both wrap MetricCollection.compute: one layer runs
     both (the first in catalogue order outermost), and reverting one leaves the other's."""

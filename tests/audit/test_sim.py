@@ -68,3 +68,19 @@ def test_guard_and_tolist_restored_after_the_block():
         assert not guard._state["installed"]
         reg = guard._registry()
         assert not reg[int(torch._C._autograd.DeviceType.CUDA.value)]
+
+
+@pytest.mark.parametrize("data", [[1, 2], (3, 4, 5)])
+def test_legacy_new_with_values_is_a_host_to_device_copy(data):
+    """``t.new(values)`` (panoptic quality's ``_isin``) builds on the host and copies, as on a
+    GPU; torch 2.1's fake tensors alone would build a meta tensor, with no copy seen."""
+    from tmpatch.audit.report import SyncKind
+
+    with simulated_cuda("cuda:1") as sim:
+        x = sim.put(torch.zeros(3, dtype=torch.int32))
+        y = x.new(data)
+        assert isinstance(y, FakeTensor) and y.device == torch.device("cuda:1")
+        assert y.dtype == torch.int32 and y.shape == (len(data),)
+        assert x.new(torch.Size([2, 2])).shape == (2, 2)  # a size, not values: no copy
+        assert x.new(2, 3).shape == (2, 3)
+    assert [p.kind for p in sim.sync_points] == [SyncKind.H2D_COPY]

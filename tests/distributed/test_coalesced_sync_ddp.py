@@ -31,6 +31,8 @@ from typing import Any, Dict, List
 import pytest
 import torch
 
+from tests.conftest import torch_at_least
+
 from . import ddp_launch
 from .coalesce_workers import MIXED_TIMEOUT, run_mixed, run_rank, run_releases
 
@@ -73,7 +75,7 @@ pytestmark = [
         "(TMPATCH_DDP_RELEASES=all runs them here)",
     ),
     pytest.mark.skipif(  # the patch does not apply there: its status says why (test_coalesced_sync)
-        tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 5),
+        not torch_at_least(2, 5),
         reason="coalesced_sync needs torch 2.5 or later",
     ),
 ]

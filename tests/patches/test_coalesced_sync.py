@@ -23,11 +23,13 @@ import torch
 import torch.distributed as dist
 
 import tmpatch
-from tests.conftest import release_in
+from tests.conftest import release_in, torch_at_least
 from tests.distributed.coalesce_workers import COLLECTIVES, Counter, classes, collection
 from tests.distributed.test_coalesced_sync_ddp import assert_same
 
 KEEPS_GRAPH = release_in(">=1.6.0")
+#: the patch applies from torch 2.5 (below, its status says why not: test_torch_too_old_leaves_the_release)
+needs_torch_2_5 = pytest.mark.skipif(not torch_at_least(2, 5), reason="coalesced_sync needs torch 2.5 or later")
 
 
 @pytest.fixture
@@ -84,6 +86,7 @@ def test_plan_is_what_the_release_hands_its_dist_sync_fn(rows):
     assert ("preds" in keys) == (rows > 0 or release_in(">=1.4.0"))
 
 
+@needs_torch_2_5
 def test_status_bindings_and_revert():
     from torchmetrics import Metric, MetricCollection
 
@@ -97,6 +100,7 @@ def test_status_bindings_and_revert():
     assert vars(Metric)["_sync_dist"] is originals[0]
 
 
+@needs_torch_2_5
 def test_code_not_recognised_is_left_alone(monkeypatch):
     from torchmetrics import Metric
 
@@ -113,6 +117,16 @@ def test_code_not_recognised_is_left_alone(monkeypatch):
     assert vars(Metric)["_sync_dist"] is original
 
 
+@pytest.mark.skipif(torch_at_least(2, 5), reason="torch 2.5 or later: the patch applies")
+def test_torch_too_old_leaves_the_release():
+    from torchmetrics import Metric, MetricCollection
+
+    originals = (vars(Metric)["_sync_dist"], vars(MetricCollection)["compute"])
+    row = tmpatch.apply("coalesced_sync")["coalesced_sync"]
+    assert row.state == "failed" and "needs torch 2.5 or later" in row.reason, row
+    assert (vars(Metric)["_sync_dist"], vars(MetricCollection)["compute"]) == originals
+
+
 def test_without_a_process_group_nothing_changes():
     metric = _mixed()
     tmpatch.apply("coalesced_sync")
@@ -127,6 +141,7 @@ def _run(counter: Counter, build: Any) -> Any:
     return value, counter.take()
 
 
+@needs_torch_2_5
 @pytest.mark.parametrize("what", ["metric", "collection", "groups"])
 def test_world_of_one_values_and_collectives(world_of_one, what):
     def build() -> Any:
@@ -144,6 +159,7 @@ def test_world_of_one_values_and_collectives(world_of_one, what):
     assert len(release_calls) == {"metric": 31, "collection": 21, "groups": 45}[what], release_calls
 
 
+@needs_torch_2_5
 def test_world_of_one_conjugate_and_negative_views(world_of_one):
     """States that are lazy negative or conjugate views are sent as their values. The
     release gathers a negative view; it cannot gather a conjugate one (torch's
@@ -174,6 +190,7 @@ def test_world_of_one_conjugate_and_negative_views(world_of_one):
     assert torch.equal(got["total"], torch.randn(3, dtype=torch.complex64).conj().resolve_conj())
 
 
+@needs_torch_2_5
 def test_world_of_one_direct_sync_dist_and_subclass_without_args(world_of_one):
     """``_sync_dist()`` with its defaults, as a subclass calling ``super()`` would."""
     metric = _mixed()
@@ -185,6 +202,7 @@ def test_world_of_one_direct_sync_dist_and_subclass_without_args(world_of_one):
     assert_same(metric.total, expected, "total")
 
 
+@needs_torch_2_5
 def test_world_of_one_subclass_overriding_sync_dist_coalesces_through_super(world_of_one):
     """As MeanAveragePrecision does: its own ``_sync_dist`` calls ``super()._sync_dist``."""
     base = classes()["Mixed"]
@@ -207,6 +225,7 @@ def test_world_of_one_subclass_overriding_sync_dist_coalesces_through_super(worl
     assert calls == ["all_gather", "all_gather"] and len(release_calls) > 2 and seen and seen_patched
 
 
+@needs_torch_2_5
 @pytest.mark.parametrize("patches", [["coalesced_sync"], ["gather_autograd", "coalesced_sync"]])
 def test_world_of_one_local_graph_as_the_release(world_of_one, patches):
     """The synced state carries the local graph where the release (1.6.0+) or
@@ -238,6 +257,7 @@ def test_world_of_one_local_graph_as_the_release(world_of_one, patches):
         patched.sum().backward()
 
 
+@needs_torch_2_5
 def test_world_of_one_records_ride_along(world_of_one, monkeypatch):
     """With ``tmpatch.deferred``'s ``local_records``/``set_synced`` (a stand-in here), each
     metric's records travel in the exchange and come back summed, with no collective of

@@ -6,7 +6,7 @@ A ``TorchFunctionMode`` (pushed by :func:`tmpatch.audit.simulated_cuda`) handles
   values are copied to the host, one "tensor formatted on the host" point each; the text
   is the fake tensor's own, or the formatted plausible value for a 0-d tensor with a spec;
 * ``Tensor.tolist()`` (one device-to-host copy, then plausible values), ``Tensor.numpy()``;
-* ``torch.tensor``/``as_tensor``/``new_tensor`` of data holding CUDA tensors: one
+* ``torch.tensor``/``as_tensor``/``new_tensor``/``Tensor.new(list)`` of data holding CUDA tensors: one
   device-to-host read per CUDA element (what a GPU does), then built from plausible values;
   data is always built on the host and then moved, so a CUDA ``device=`` is one host-to-device
   copy;
@@ -145,6 +145,10 @@ class FakeHostViews(TorchFunctionMode):
             kwargs["device"] = _cuda_device(kwargs["device"])
         if func is T.to:
             args = tuple(_cuda_device(a) for a in args)
+        if func is T.new and len(args) == 2 and not kwargs and _is_data(args[1]) and is_cuda(args[0]):
+            # the legacy constructor with data: built on the host, then copied (torch 2.1's fake
+            # tensors would build it on the meta device, with no copy)
+            func, args, kwargs = torch.tensor, (args[1],), {"dtype": args[0].dtype, "device": args[0].device}
         if func is T.new_tensor:
             self_, data = args[0], args[1] if len(args) > 1 else kwargs.pop("data")
             kwargs.setdefault("dtype", self_.dtype)
@@ -204,6 +208,11 @@ class FakeHostViews(TorchFunctionMode):
         import numpy
 
         return numpy.zeros(tuple(t.shape), dtype=_numpy_dtype(t.dtype))
+
+
+def _is_data(value: Any) -> bool:
+    """``Tensor.new``'s one argument read as values (a list or tuple), not as a size."""
+    return isinstance(value, (list, tuple)) and not isinstance(value, torch.Size)
 
 
 def _plain(data: Any) -> Any:
