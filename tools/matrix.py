@@ -27,6 +27,7 @@ import configparser
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -54,11 +55,8 @@ BETWEEN = "0.2"
 PLAN: Dict[str, Tuple[str, ...]] = {
     CURRENT: RELEASES,
     "2.5.1": ("1.6.1", "1.5.2"),  # autumn 2024; 1.6.1 + 2.5.1: the best-known report of metric syncs
+    "2.1.2": ("1.2.1", "1.0.0"),  # winter 2023: the oldest torch supported (tmpatch.audit.support.MIN_TORCH)
 }
-
-#: supported torch out of the plan for now, with why: ``python tools/matrix.py --torch 2.1.2 -r 1.0.0``
-#: runs it (torch 2.1.2 with 1.0.0, 1.2.1 and 1.4.0)
-OUT_OF_PLAN: Dict[str, str] = {"2.1.2": "known failures, listed in the README (Supported versions)"}
 
 #: with an older torch, the tests whose outcome can depend on torch: the audit, every patch
 #: (its hypothesis bit-identity comparisons and its sync tests), real process groups, the
@@ -66,6 +64,11 @@ OUT_OF_PLAN: Dict[str, str] = {"2.1.2": "known failures, listed in the README (S
 #: packaging machinery, which torch does not touch (they run with the newest torch)
 TORCH_TESTS: Tuple[str, ...] = ("tests/audit", "tests/patches", "tests/distributed", "tests/test_deferred.py",
                                 "tests/test_pytest_plugin.py")
+
+#: a run (one torch, one release) takes 1-3 minutes on 2 idle cores; one still going after this
+#: is stuck: it is killed, its stacks printed, and it fails (every test has its own bound too:
+#: ``faulthandler_timeout`` in setup.cfg prints the stacks of a test that takes too long)
+RUN_LIMIT = 1200.0
 
 #: torch releases built against numpy 1.x
 NUMPY_1 = re.compile(r"^2\.[0-2]\.")
@@ -127,11 +130,21 @@ def run(python: str, release: str, folder: str, pytest_args: Sequence[str],
     env["TMPATCH_TEST_TORCH_FIRST"] = "1" if first else "0"  # tests marked `once` run once per torch
     env.setdefault("TMPATCH_TEST_EXAMPLES", "1" if release in ANCHORS else BETWEEN)
     start = time.monotonic()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # its own process group: a run past RUN_LIMIT is killed whole
     )
-    return proc.returncode, time.monotonic() - start, proc.stdout
+    try:
+        output, _ = proc.communicate(timeout=RUN_LIMIT)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGABRT)  # pytest's faulthandler prints every thread's stack
+        time.sleep(5)
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        output += f"\nmatrix: still running after {RUN_LIMIT:.0f}s; killed (the stacks above show where)\n"
+        return 124, time.monotonic() - start, output
+    return proc.returncode, time.monotonic() - start, output
 
 
 def _children_cpu() -> float:

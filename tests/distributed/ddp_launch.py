@@ -74,6 +74,51 @@ def _kill(processes: Sequence[Any]) -> List[int]:
     return [p.pid for p in alive]
 
 
+def _descendants(pid: int) -> List[int]:
+    """Every live process below ``pid`` (Linux ``/proc``). torchrun starts each worker in a
+    session of its own, so a signal to torchrun's process group would miss them."""
+    parents: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_tree(pid: int) -> List[int]:
+    """SIGTERM ``pid`` and everything below it (a rank prints its stack: faulthandler), then
+    SIGKILL what is left after 5 s; return the pids signalled."""
+    tree = [pid] + _descendants(pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in tree + [d for d in _descendants(pid) if d not in tree]:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + 5
+        while time.monotonic() < end and any(_alive(p) for p in tree):
+            time.sleep(0.1)
+    return tree
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _other_tracebacks(context: Any, exc: Any) -> str:
     """The tracebacks of the ranks other than the one torch reported (a rank that
     fails first is often only the victim of another's failure)."""
@@ -190,24 +235,23 @@ def torchrun(
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
         "--max-restarts=0", "--monitor-interval=0.2", script, "--out", out_dir, *script_args,
     ]
-    proc = subprocess.Popen(
-        command, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)  # torchrun's agent stops its workers on SIGTERM
+    # output to a file, not a pipe: a worker that outlives the agent cannot keep the read open
+    with open(os.path.join(workdir, "torchrun.log"), "w+") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            output, _ = proc.communicate(timeout=15)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-        if _all_written(out_dir, world_size):
-            _note_teardown("torchrun", [proc.pid])
-            sys.stderr.write(output[-4000:])
-            return load_results(out_dir, range(world_size))
-        raise WorkerTimeout(f"torchrun still running after {timeout:.0f}s; stopped:\n{output}") from None
+            killed = _kill_tree(proc.pid)
+            proc.wait()
+            log.seek(0)
+            output = log.read()
+            if _all_written(out_dir, world_size):
+                _note_teardown("torchrun", killed)
+                sys.stderr.write(output[-4000:])
+                return load_results(out_dir, range(world_size))
+            raise WorkerTimeout(f"torchrun still running after {timeout:.0f}s; killed pids {killed}:\n{output}") from None
+        log.seek(0)
+        output = log.read()
     if proc.returncode != 0:
         raise WorkerError(f"torchrun exited with {proc.returncode}:\n{output}")
     return load_results(out_dir, range(world_size))

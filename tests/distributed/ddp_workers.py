@@ -339,12 +339,18 @@ def hang_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> Non
     time.sleep(600)
 
 
-def teardown_hang_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> None:
+def teardown_hang_rank(rank: int, world_size: int, init_method: str, out_dir: str,
+                       deaf: bool = False) -> None:
     """Every rank writes its result; then rank 1 sleeps far past any test timeout (a rank
-    stuck tearing its process group down)."""
+    stuck tearing its process group down); ``deaf``: it ignores SIGTERM too (stuck where
+    only SIGKILL reaches it)."""
     _watchdog()
+    with open(os.path.join(out_dir, f"pid{rank}"), "w") as handle:
+        handle.write(str(os.getpid()))
     save(out_dir, rank, {"rank": rank})
     if rank == 1:
+        if deaf:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(600)
 
 
@@ -353,8 +359,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--modes", default="unpatched,patched")
+    parser.add_argument("--deaf-teardown-hang", action="store_true", help="run teardown_hang_rank(deaf=True)")
     args = parser.parse_args(argv)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.deaf_teardown_hang:
+        teardown_hang_rank(rank, world_size, "env://", args.out, deaf=True)
+        return
     run_rank(rank, world_size, "env://", args.out, args.modes.split(","))
 
 

@@ -360,6 +360,18 @@ def test_a_rank_stuck_after_writing_its_result_is_killed_and_the_run_kept(tmp_pa
     assert "every rank wrote its result" in err and "teardown_hang_rank" in err  # the rank's stack
 
 
+@launcher_only
+def test_a_torchrun_worker_deaf_to_sigterm_is_killed_and_the_run_kept(tmp_path):
+    """torchrun starts each worker in a session of its own: a worker that survives its agent
+    must not keep the parent waiting (it held the parent's pipe open before)."""
+    workdir = tmp_path / "run"
+    start = time.monotonic()
+    results = ddp_launch.torchrun(WORKER_SCRIPT, 2, str(workdir), ["--deaf-teardown-hang"], timeout=20)
+    assert results == {0: {"rank": 0}, 1: {"rank": 1}} and time.monotonic() - start < 60
+    pids = [int(p.read_text()) for p in (workdir / "out").glob("pid*")]
+    assert len(pids) == 2 and not any(ddp_launch._alive(pid) for pid in pids)  # killed (a zombie counts as dead)
+
+
 # -- the command line ----------------------------------------------------------
 @pytest.mark.skipif(release_in("<1.6.0"), reason="not-needed only from 1.6.0")
 def test_cli_status_shows_not_needed():
