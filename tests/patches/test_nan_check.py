@@ -179,6 +179,99 @@ def test_nan_free_results_are_bitwise_the_releases(data):
         assert_bitwise(actual, expected)
 
 
+class _OffCpu(torch.Tensor):
+    """A CPU tensor that says it is elsewhere: nan_check's device path, on real values."""
+
+    @property
+    def is_cpu(self) -> bool:  # type: ignore[override]
+        return False
+
+
+def _off_cpu(updates):
+    return [tuple(a.as_subclass(_OffCpu) if isinstance(a, torch.Tensor) else a for a in args) for args in updates]
+
+
+def _plain_states(metric) -> List[Any]:
+    out = []
+    for name in metric._defaults:
+        state = getattr(metric, name)
+        items = state if isinstance(state, list) else [state]
+        out.append([t.as_subclass(torch.Tensor) for t in items])
+    return out
+
+
+def _shortcut_cases():
+    g = torch.Generator().manual_seed(7)
+    big = torch.randn(67, 33, generator=g)
+    return {
+        "broadcast weight": (big, torch.broadcast_to(torch.tensor(0.1), big.shape)),
+        "item 9's broadcast weight": (torch.ones(2, 3), torch.broadcast_to(torch.tensor([0.1, 3.0, -7.25]), (2, 3))),
+        "broadcast row weight": (big, torch.broadcast_to(torch.rand(33, generator=g), big.shape)),
+        "transposed value": (big.t(), torch.rand(33, 67, generator=g)),
+        "transposed value, no weight": (big.t(),),
+        "expanded value": (torch.broadcast_to(torch.randn(33, generator=g), (67, 33)),),
+        "float16 value, float64 weight": (big.half(), torch.rand(67, 33, generator=g, dtype=torch.float64)),
+    }
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("strategy", ["warn", 0.5])
+@pytest.mark.parametrize("case", sorted(_shortcut_cases()))
+def test_the_cpu_shortcut_keeps_the_device_paths_summation_order(kind, strategy, case):
+    """Random values, big enough for the order of a sum to show in the last bits."""
+    args = _shortcut_cases()[case]
+    if kind != "mean":
+        args = args[:1]
+    _apply()
+    here, there = KINDS[kind](nan_strategy=strategy), KINDS[kind](nan_strategy=strategy)
+    here.update(*args)  # as they are: a clone would materialise the broadcast views
+    there.update(*_off_cpu([args])[0])
+    for got, want in zip(_plain_states(here), _plain_states(there)):
+        for a, b in zip(got, want):
+            assert_bitwise(a, b)
+
+
+def _transposed(args):
+    value = args[0]
+    if not (isinstance(value, torch.Tensor) and value.dim() == 2):
+        return args
+    weight = args[1] if len(args) > 1 else None
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return value.t(), weight.t()
+    if isinstance(weight, torch.Tensor) and weight.dim() == 1:
+        return (value.t(),)  # a row weight does not broadcast to the transposed value
+    return (value.t(),) + tuple(args[1:])
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_the_cpu_shortcut_gives_the_device_paths_tensors(data):
+    """On the CPU, an update without NaN skips the neutralising ``where`` (no sync to save
+    there): the states are those of the device path, bit for bit, whatever the layout
+    (transposed values, broadcast weights)."""
+    kind = data.draw(st.sampled_from(sorted(KINDS)))
+    strategy = data.draw(st.sampled_from(STRATEGIES))
+    updates = data.draw(_updates(kind, with_nan=False))
+    if data.draw(st.booleans()):  # non-contiguous values (and weights)
+        updates = [_transposed(args) for args in updates]
+    if kind == "mean" and data.draw(st.booleans()):  # weights that are broadcast views of the value's shape
+        updates = [(v, torch.broadcast_to(w, v.shape)) if isinstance(v, torch.Tensor) and isinstance(w, torch.Tensor)
+                   and torch.broadcast_shapes(w.shape, v.shape) == v.shape else (v, w) for v, w in
+                   [(args[0], args[1] if len(args) > 1 else None) for args in updates]]
+        updates = [tuple(a for a in args if a is not None) for args in updates]
+    _apply()
+    here, there = KINDS[kind](nan_strategy=strategy), KINDS[kind](nan_strategy=strategy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for args, off in zip(updates, _off_cpu(updates)):  # not cloned: that materialises broadcast views
+            here.update(*args)
+            there.update(*off)
+    for got, want in zip(_plain_states(here), _plain_states(there)):
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert_bitwise(a, b)
+
+
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_nan_results_follow_the_documented_semantics(data):

@@ -1,114 +1,18 @@
-"""nan_check: the aggregators' NaN check without a device read during ``update()``.
-
-Defect: ``BaseAggregator._cast_and_nan_check_input`` runs
-``if nans.any() or nans_weight.any():`` on every ``update()`` of SumMetric,
-MeanMetric, MaxMetric, MinMetric, CatMetric and the Running wrappers
-(RunningMean, RunningSum): a device-to-host read per step, on every release.
-Its ``ignore``/``warn`` paths remove NaN with a boolean mask (a data-dependent
-shape, a second sync) and its imputation writes into the caller's tensors.
-Python scalars (``update(3.5)``) are copied from the host. Not fixed upstream
-(1.6.2 added the opt-out ``nan_strategy="disable"``; #3434 is its weight bug).
-
-Releases: 1.0.0-1.9.0, six implementations (1.0.0 | 1.0.1-1.2.0 | 1.2.1-1.3.1 |
-1.3.2-1.5.2 | 1.6.0-1.6.1 | 1.6.2-1.9.0). Aggregators whose ``update`` is not one
-of the five above keep the release's code.
-
-Behaviour (policy ``TMPATCH_NAN_CHECK`` / ``apply(nan_check=...)``: ``deferred``,
-the default; ``eager``; ``off``):
-
-* a float strategy imputes NaN with ``torch.where`` in the input's dtype, then casts,
-  as the release does; an imputed element gets weight 1, the others keep theirs;
-* ``ignore``/``warn``/``error`` neutralise NaN elements (Sum 0, Mean weight 0, Max
-  -inf, Min +inf): the state is the one the removal gives, with no sync. CatMetric
-  still removes them (its output's size depends on the data: one inherent sync).
-  ``warn``/``error`` are reported at the user's next ``compute()`` (``deferred``,
-  through the ``deferred_reports`` patch), naming the metric and how many updates
-  carried NaN; during ``update()`` with its sync, as upstream (``eager``, and for a
-  metric built before ``apply()``); or not at all (``off``);
-* ``disable`` (1.6.2+): no check, a user-supplied weight is honoured (#3434).
-
-Deliberate corrections: the caller's tensors are never written into; imputed
-elements get weight 1 (upstream: the whole batch's weight becomes the imputed value
-up to 1.6.1 — a NaN mean with the default weight — and collapses to 1 from 1.6.2);
-an imputed element passes no gradient (upstream: the caller's tensor is overwritten
-under no_grad); ``warn`` is given on the rank that saw the NaN, not only on rank 0.
-Removed and neutralised elements give the same states up to float summation order;
-so does a MeanMetric weight that broadcasts to the value's shape (a scalar, or fewer
-dimensions), even without NaN: neutralising per element materialises it, and its total is
-summed over a full tensor where the release sums the broadcast view (last bits only).
-"""
+"""nan_check's replacement of ``BaseAggregator._cast_and_nan_check_input``, built per release."""
 from __future__ import annotations
 
 import contextlib
 import functools
 import math
-import warnings
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from tmpatch import deferred, settings
 from tmpatch.compiled import compiling
-from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, since, span
+from tmpatch.patches.nan_check.report import RECORD, _loaded, _Release
 
 _NEUTRAL = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf}
 _INT64 = (-(2**63), 2**63)
-
-
-@dataclass(frozen=True)
-class _Release:
-    """What differs between the upstream implementations of the check."""
-
-    one_argument: bool  # 1.0.0: ``(self, x)``; MeanMetric.update calls it twice
-    spelling: str  # "Encounted" up to 1.2.0
-    metric_dtype: bool  # 1.3.2+: ``self.dtype``; before: float32
-    disable: bool  # 1.6.2+: ``nan_strategy="disable"``
-
-    @property
-    def error(self) -> str:
-        return f"{self.spelling} `nan` values in tensor"
-
-    @property
-    def warning(self) -> str:
-        return f"{self.spelling} `nan` values in tensor. Will be removed."
-
-
-#: the release loaded (set when the check is built), for the report's wording
-_loaded: Dict[str, Any] = {}
-
-
-def _describe(top: Any, found: List[Tuple[Any, int]]) -> str:
-    name = type(top).__name__
-    inner = {type(metric).__name__ for metric, _ in found if metric is not top}
-    return f"{name} ({', '.join(sorted(inner))} inside)" if inner else name
-
-
-def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
-    """At the user's compute(): one warning, or one error, for what the updates saw."""
-    release: Optional[_Release] = _loaded.get("release")
-    if release is None:
-        return
-    by_strategy: Dict[str, int] = {}
-    for metric, count in found:
-        strategy = getattr(metric, "nan_strategy", None)
-        if strategy in ("warn", "error"):
-            by_strategy[strategy] = by_strategy.get(strategy, 0) + count
-    where = " on some rank" if all_ranks else ""
-    for strategy in ("warn", "error"):
-        count = by_strategy.get(strategy)
-        if not count:
-            continue
-        note = (f" (tmpatch nan_check: {_describe(top, found)} saw NaN{where} in {count} update(s) since the last "
-                "compute(); reported at compute(); TMPATCH_NAN_CHECK=eager reports in update())")
-        if strategy == "error":
-            raise RuntimeError(release.error + note)
-        if all_ranks:
-            _loaded["rank_zero_warn"](release.warning + note, UserWarning)
-        else:
-            warnings.warn(release.warning + note, UserWarning, stacklevel=2)
-
-
-RECORD = deferred.Record("nan", _report)
 
 
 @functools.lru_cache(maxsize=None)
@@ -173,8 +77,10 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         def impute(x: Any, nan: Any, value: float) -> Any:
             return where(nan, value, x)  # a Python number: no type promotion, no copy to the device
 
-        def check(metric: Any, kind: str, strategy: Any, x: Any, weight: Any, dtype: Any) -> Tuple[Any, Any]:
-            """``x``, ``weight`` (or None): tensors as the caller gave them; results in ``dtype``."""
+        def check(metric: Any, kind: str, strategy: Any, x: Any, weight: Any, dtype: Any,
+                  shortcut: bool) -> Tuple[Any, Any]:
+            """``x``, ``weight`` (or None): tensors as the caller gave them; results in ``dtype``.
+            ``shortcut``: the caller takes the results as they are (they may be ``x`` itself)."""
             if not (x.is_floating_point() or (weight is not None and weight.is_floating_point())):
                 x = x.to(dtype)  # no NaN in integers: the release's cast alone
                 return x, (x if weight is None else weight.to(dtype))
@@ -183,6 +89,17 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             else:
                 both = maximum(x, weight)  # NaN exactly where either is (maximum propagates NaN)
                 nan = both != both
+            if shortcut and x.is_cpu and not compiling() and x.is_floating_point() and x.is_contiguous() \
+                    and (weight is None or (weight.is_floating_point() and weight.shape == x.shape)) \
+                    and not nan.any():
+                # the CPU has no sync to save: with no NaN, the tensors every branch below gives
+                # (where() of a float, contiguous input is that input; it materialises a weight
+                # that is a broadcast view) and nothing to report
+                x = x.to(dtype)
+                if weight is None:
+                    return x, x
+                weight = weight.to(dtype)
+                return x, (weight.contiguous() if kind == "mean" or type(strategy) is not str else weight)
             if type(strategy) is not str:  # a float: impute in the input's dtype, then cast
                 x = impute(x, nan, strategy).to(dtype)
                 return x, (x if weight is None else impute(weight, nan, 1.0).to(dtype))
@@ -200,11 +117,12 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             weight = weight.to(dtype)
             return x, (impute(weight, nan, 0.0) if kind == "mean" else weight)
 
-        def run(metric: Any, kind: str, strategy: Any, x: Any, weight: Any, dtype: Any) -> Tuple[Any, Any]:
+        def run(metric: Any, kind: str, strategy: Any, x: Any, weight: Any, dtype: Any,
+                shortcut: bool = True) -> Tuple[Any, Any]:
             if (x.requires_grad or (weight is not None and weight.requires_grad)) and not is_grad_enabled():
                 with enable_grad():  # the release's in-place write keeps the caller's requires_grad
-                    return check(metric, kind, strategy, x, weight, dtype)
-            return check(metric, kind, strategy, x, weight, dtype)
+                    return check(metric, kind, strategy, x, weight, dtype, False)
+            return check(metric, kind, strategy, x, weight, dtype, shortcut)
 
         def handled(metric: Any) -> Optional[str]:
             cls = metric.__class__
@@ -229,10 +147,11 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     x = tensor(x, float32, self.device)
                 if kind != "mean":
                     return run(self, kind, self.nan_strategy, x, None, float32)[0]
+                # MeanMetric: no shortcut, the weight's call below fills the value the first one returned
                 if compiling():  # one traced update makes both calls: a slot pairs them (the count is a guard)
                     stash, _paired.stash = _paired.stash, None
                     if stash is None or stash[0] is not self:  # MeanMetric's value
-                        value = run(self, kind, self.nan_strategy, x, None, float32)[0]
+                        value = run(self, kind, self.nan_strategy, x, None, float32, False)[0]
                         _paired.stash = (self, x != x, value)
                         return value
                 else:
@@ -240,7 +159,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     if stash is None or stash[0] != self._update_count:  # MeanMetric's value
                         if len(pending) > 64:
                             pending.clear()  # updates that raised between the two calls
-                        value = run(self, kind, self.nan_strategy, x, None, float32)[0]
+                        value = run(self, kind, self.nan_strategy, x, None, float32, False)[0]
                         pending[id(self)] = (self._update_count, x != x, value)
                         return value
                 _, value_nan, value = stash  # MeanMetric's weight: NaN where the value or the weight is
@@ -277,7 +196,6 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
 
     return build
 
-
 class _Paired:
     """1.0.0 in compiled code: the NaN mask of MeanMetric's value, for its weight's call."""
 
@@ -289,39 +207,3 @@ class _Paired:
 
 _paired = _Paired()
 
-_R100 = _Release(one_argument=True, spelling="Encounted", metric_dtype=False, disable=False)
-_R101 = _Release(one_argument=False, spelling="Encounted", metric_dtype=False, disable=False)
-_R121 = _Release(one_argument=False, spelling="Encountered", metric_dtype=False, disable=False)
-_R132 = _Release(one_argument=False, spelling="Encountered", metric_dtype=True, disable=False)
-_R162 = _Release(one_argument=False, spelling="Encountered", metric_dtype=True, disable=True)
-
-PATCH = Patch(
-    name="nan_check",
-    summary="the aggregators' NaN check reads the device on every update() (and removes NaN with a boolean "
-            "index); Python scalars are copied from the host",
-    known=since("1.0.0"),
-    upstream="not fixed upstream (1.6.2 added nan_strategy='disable'); corrects #3434",
-    changes="warn/error come at the next compute(), naming the metric and the number of updates with NaN; "
-            "the caller's tensors are never written into; an imputed element gets weight 1",
-    requires=("deferred_reports",),
-    labels=(
-        Label(INHERENT, "CatMetric drops NaN elements: its output size depends on the values",
-              function="check", file="tmpatch/patches/nan_check.py"),
-        Label(PATCHED, "NaN check `if nans.any()` in _cast_and_nan_check_input; fixed by the nan_check patch",
-              function="_cast_and_nan_check_input", file="torchmetrics/aggregation.py"),
-    ),
-    targets=(
-        Target(
-            module="torchmetrics.aggregation",
-            qualname="BaseAggregator._cast_and_nan_check_input",
-            variants=(
-                Variant(span("1.0.0"), "d10df440b4c4be78", _build_check(_R100)),
-                Variant(span("1.0.1", "1.2.0"), "e9b5bcdbb4309ef8", _build_check(_R101)),
-                Variant(span("1.2.1", "1.3.1"), "0c46b319aa83b2ec", _build_check(_R121)),
-                Variant(span("1.3.2", "1.5.2"), "57f5be5ee23c9bcd", _build_check(_R132)),
-                Variant(span("1.6.0", "1.6.1"), "e6752bb759da4d33", _build_check(_R132)),
-                Variant(span("1.6.2", "1.9.0"), "17015515ea47b4b2", _build_check(_R162)),
-            ),
-        ),
-    ),
-)

@@ -1,0 +1,64 @@
+"""nan_check's report at compute(): the release's own wording, once, for what the updates saw."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from tmpatch import deferred
+
+
+@dataclass(frozen=True)
+class _Release:
+    """What differs between the upstream implementations of the check."""
+
+    one_argument: bool  # 1.0.0: ``(self, x)``; MeanMetric.update calls it twice
+    spelling: str  # "Encounted" up to 1.2.0
+    metric_dtype: bool  # 1.3.2+: ``self.dtype``; before: float32
+    disable: bool  # 1.6.2+: ``nan_strategy="disable"``
+
+    @property
+    def error(self) -> str:
+        return f"{self.spelling} `nan` values in tensor"
+
+    @property
+    def warning(self) -> str:
+        return f"{self.spelling} `nan` values in tensor. Will be removed."
+
+
+#: the release loaded (set when the check is built), for the report's wording
+_loaded: Dict[str, Any] = {}
+
+
+def _describe(top: Any, found: List[Tuple[Any, int]]) -> str:
+    name = type(top).__name__
+    inner = {type(metric).__name__ for metric, _ in found if metric is not top}
+    return f"{name} ({', '.join(sorted(inner))} inside)" if inner else name
+
+
+def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
+    """At the user's compute(): one warning, or one error, for what the updates saw."""
+    release: Optional[_Release] = _loaded.get("release")
+    if release is None:
+        return
+    by_strategy: Dict[str, int] = {}
+    for metric, count in found:
+        strategy = getattr(metric, "nan_strategy", None)
+        if strategy in ("warn", "error"):
+            by_strategy[strategy] = by_strategy.get(strategy, 0) + count
+    where = " on some rank" if all_ranks else ""
+    for strategy in ("warn", "error"):
+        count = by_strategy.get(strategy)
+        if not count:
+            continue
+        note = (f" (tmpatch nan_check: {_describe(top, found)} saw NaN{where} in {count} update(s) since the last "
+                "compute(); reported at compute(); TMPATCH_NAN_CHECK=eager reports in update())")
+        if strategy == "error":
+            raise RuntimeError(release.error + note)
+        if all_ranks:
+            _loaded["rank_zero_warn"](release.warning + note, UserWarning)
+        else:
+            warnings.warn(release.warning + note, UserWarning, stacklevel=2)
+
+
+RECORD = deferred.Record("nan", _report)
