@@ -25,14 +25,16 @@ The book's rules (the ``deferred_reports`` patch puts them in place):
 Each rank reports what it saw. The coalesced-sync patch, when it syncs a metric, sums
 the books over ranks in the same buffers as the states (:func:`local_records`,
 :func:`set_synced`); the report then covers every rank.
+
+Here: books and records; ``settling.py``: the report at compute and the forward/reset
+steps around it; ``revert.py``: pending reports across ``revert()``.
 """
 from __future__ import annotations
 
 import contextvars
 import logging
-import sys
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tmpatch.compiled import compiling
 
@@ -245,167 +247,6 @@ def set_synced(metric: Any, totals: Dict[str, Any]) -> None:
         book.synced = dict(totals)
 
 
-def _metrics_in(metric: Any) -> Iterator[Any]:
-    """``metric`` and the metrics inside it (wrappers' base metrics, compositions' operands)."""
-    if not getattr(metric, "_modules", None):
-        yield metric
-        return
-    seen = set()
-    for module in metric.modules():
-        if id(module) not in seen and id(module) in _books:
-            seen.add(id(module))
-            yield module
-
-
-def books_in(metric: Any) -> List[Book]:
-    """The books of ``metric`` and of the metrics inside it (compiled updates' counts gathered)."""
-    books = [book for book in (book_of(m) for m in _metrics_in(metric)) if book is not None]
-    for book in books:
-        gather(book)
-    return books
-
-
-def count_once(book: Book, before: Dict[str, Any]) -> None:
-    """After a forward that ran ``update()`` twice on the same batch: keep half of what
-    the two added (rounded up), as if the batch was seen once."""
-    gather(book)
-    for key, now in list(book.counts.items()):
-        old = before.get(key)
-        if old is None:
-            book.counts[key] = (now + 1) // 2
-        elif now is not old:
-            book.counts[key] = old + (now - old + 1) // 2
-
-
-def start_compute(metric: Any) -> None:
-    """Before the user's compute: forget totals of an earlier sync (a forward's)."""
-    for book in books_in(metric):
-        book.synced = None
-
-
-def clear(metric: Any) -> None:
-    """Forget what the books of ``metric`` and of the metrics inside it hold."""
-    for inner in _metrics_in(metric):
-        book = book_of(inner)
-        if book is not None:
-            gather(book)
-            book.counts, book.synced, book.stamp = {}, None, None
-
-
-def settle(metric: Any) -> None:
-    """Report what the books of ``metric`` (and the metrics inside it) hold, then clear
-    them: one device read for all of them. Called after the user's ``compute()``."""
-    pending: List[Tuple[Any, Book]] = []
-    for inner in _metrics_in(metric):
-        book = book_of(inner)
-        if book is None:
-            continue
-        gather(book)
-        if not (book.counts or book.synced):
-            continue
-        if book.stamp is not None and getattr(inner, "_update_count", 0) < book.stamp:
-            book.counts, book.synced, book.stamp = {}, None, None  # reset after revert(): nothing to report
-            continue
-        pending.append((inner, book))
-    if not pending:
-        return
-    import torch
-
-    keys: List[Tuple[Any, str, bool]] = []
-    values: List[Any] = []
-    for inner, book in pending:
-        source = book.synced if book.synced is not None else book.counts
-        for key, value in source.items():
-            keys.append((inner, key, book.synced is not None))
-            values.append(value)
-        book.counts, book.synced, book.stamp = {}, None, None  # cleared first: a raise leaves nothing
-    try:
-        devices = {v.device for v in values}
-        if len(devices) == 1:
-            total = torch.stack([v.long() for v in values])
-            setattr(total, AUDIT_TAG, True)
-            read = total.tolist()  # the one device read
-        else:
-            read = []
-            for v in values:
-                setattr(v, AUDIT_TAG, True)
-                read.append(int(v))
-    except Exception:  # noqa: BLE001 - never let bookkeeping break the user's compute
-        log.exception("tmpatch: could not read the deferred reports of %s", type(metric).__name__)
-        return
-    by_key: Dict[str, List[Tuple[Any, int]]] = {}
-    all_ranks: Dict[str, bool] = {}
-    for (inner, key, synced), count in zip(keys, read):
-        if count:
-            by_key.setdefault(key, []).append((inner, int(count)))
-            all_ranks[key] = all_ranks.get(key, True) and synced
-    errors: List[BaseException] = []
-    for key, found in by_key.items():
-        record = _records.get(key)
-        if record is None:
-            continue
-        try:
-            record.reporter(metric, found, all_ranks[key])
-        except Exception as exc:  # noqa: BLE001 - an error report: raised after the warnings
-            errors.append(exc)
-    if len(errors) > 1 and len(errors[0].args) == 1 and isinstance(errors[0].args[0], str):
-        # one raise per compute: the others ride in its message, not lost
-        errors[0].args = ("\n".join([errors[0].args[0]] + [f"Also: {exc}" for exc in errors[1:]]),)
-    if errors:
-        raise errors[0]
-
-
-def detach(metric: Any, book: Book) -> None:
-    """At ``revert()``: keep a pending report of ``metric`` for its next ``compute()`` (its
-    compute layer stays with it), and recognise a later ``reset()``, whose hook is gone, by
-    the update count, which ``reset()`` sets to 0 and every update raises: the count is
-    checked at the next compute and, through a watch on the metric's own ``update``
-    attribute (never pickled or copied by torchmetrics), before each update until the
-    report is given."""
-    book.stamp = getattr(metric, "_update_count", 0)
-    states = getattr(metric, "__dict__", {})
-    inner = states.get("update")
-    if inner is None or getattr(inner, "_tmpatch_watch", False):
-        return
-
-    def update(*args: Any, **kwargs: Any) -> Any:
-        current = book_of(metric)
-        if current is None or current.stamp is None or not (current.counts or current.synced):
-            states["update"] = inner  # nothing left to watch
-            return inner(*args, **kwargs)
-        count = getattr(metric, "_update_count", 0)
-        step = forward_step(1)
-        if step is not None:  # forward's own reset: the count it saved (and restores) is the user's
-            saved = step.f_locals.get("_update_count")
-            count = saved if isinstance(saved, int) else current.stamp
-        if count < current.stamp:
-            current.counts, current.synced, current.stamp = {}, None, None  # reset() since revert()
-            states["update"] = inner
-        else:
-            current.stamp = count
-        return inner(*args, **kwargs)
-
-    update._tmpatch_watch = True  # type: ignore[attr-defined]
-    update.__wrapped__ = inner  # type: ignore[attr-defined]
-    states["update"] = update
-
-
-#: the steps of torchmetrics' ``Metric.forward`` that reset, update and compute the metric for
-#: themselves (every release); ``_update_count`` is their local copy of the count they restore
-_FORWARD_STEPS = frozenset({"_forward_full_state_update", "_forward_reduce_state_update"})
-
-
-def forward_step(depth: int) -> Optional[Any]:
-    """The frame ``depth`` levels up when it is a step of torchmetrics' ``forward()``, else
-    None. Used after ``revert()``, when the forward layer is gone; forward's flags are not
-    read (a forward that raised leaves ``_should_unsync`` False)."""
-    try:
-        frame = sys._getframe(depth + 1)
-    except ValueError:
-        return None
-    return frame if frame.f_code.co_name in _FORWARD_STEPS else None
-
-
 def pending_books() -> List[Tuple[Any, Book]]:
     """Every live metric with something pending."""
     out = []
@@ -416,3 +257,13 @@ def pending_books() -> List[Tuple[Any, Book]]:
         if metric is not None and (book.counts or book.synced):
             out.append((metric, book))
     return out
+
+
+# the report at compute() and the pending reports across revert(), in modules of their own
+from tmpatch.deferred.revert import detach, forward_step  # noqa: E402
+from tmpatch.deferred.settling import books_in, clear, count_once, settle, start_compute  # noqa: E402
+
+__all__ = ["AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "Record", "attach", "book_of", "books_in", "clear", "count_once",
+           "detach", "forward_step", "gather", "internal", "is_live", "local_records", "moved", "open_book",
+           "pending_books", "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant",
+           "went_live"]

@@ -1,0 +1,118 @@
+"""The books at the user's ``compute()``: those of a metric and of the metrics inside it,
+read in one device read, each record's reporter called once, then cleared; and the
+forward and reset steps around it (:func:`count_once`, :func:`start_compute`, :func:`clear`)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Tuple
+
+from tmpatch.deferred import AUDIT_TAG, Book, _books, _records, book_of, gather, log
+
+
+def _metrics_in(metric: Any) -> Iterator[Any]:
+    """``metric`` and the metrics inside it (wrappers' base metrics, compositions' operands)."""
+    if not getattr(metric, "_modules", None):
+        yield metric
+        return
+    seen = set()
+    for module in metric.modules():
+        if id(module) not in seen and id(module) in _books:
+            seen.add(id(module))
+            yield module
+
+
+def books_in(metric: Any) -> List[Book]:
+    """The books of ``metric`` and of the metrics inside it (compiled updates' counts gathered)."""
+    books = [book for book in (book_of(m) for m in _metrics_in(metric)) if book is not None]
+    for book in books:
+        gather(book)
+    return books
+
+
+def count_once(book: Book, before: Dict[str, Any]) -> None:
+    """After a forward that ran ``update()`` twice on the same batch: keep half of what
+    the two added (rounded up), as if the batch was seen once."""
+    gather(book)
+    for key, now in list(book.counts.items()):
+        old = before.get(key)
+        if old is None:
+            book.counts[key] = (now + 1) // 2
+        elif now is not old:
+            book.counts[key] = old + (now - old + 1) // 2
+
+
+def start_compute(metric: Any) -> None:
+    """Before the user's compute: forget totals of an earlier sync (a forward's)."""
+    for book in books_in(metric):
+        book.synced = None
+
+
+def clear(metric: Any) -> None:
+    """Forget what the books of ``metric`` and of the metrics inside it hold."""
+    for inner in _metrics_in(metric):
+        book = book_of(inner)
+        if book is not None:
+            gather(book)
+            book.counts, book.synced, book.stamp = {}, None, None
+
+
+def settle(metric: Any) -> None:
+    """Report what the books of ``metric`` (and the metrics inside it) hold, then clear
+    them: one device read for all of them. Called after the user's ``compute()``."""
+    pending: List[Tuple[Any, Book]] = []
+    for inner in _metrics_in(metric):
+        book = book_of(inner)
+        if book is None:
+            continue
+        gather(book)
+        if not (book.counts or book.synced):
+            continue
+        if book.stamp is not None and getattr(inner, "_update_count", 0) < book.stamp:
+            book.counts, book.synced, book.stamp = {}, None, None  # reset after revert(): nothing to report
+            continue
+        pending.append((inner, book))
+    if not pending:
+        return
+    import torch
+
+    keys: List[Tuple[Any, str, bool]] = []
+    values: List[Any] = []
+    for inner, book in pending:
+        source = book.synced if book.synced is not None else book.counts
+        for key, value in source.items():
+            keys.append((inner, key, book.synced is not None))
+            values.append(value)
+        book.counts, book.synced, book.stamp = {}, None, None  # cleared first: a raise leaves nothing
+    try:
+        devices = {v.device for v in values}
+        if len(devices) == 1:
+            total = torch.stack([v.long() for v in values])
+            setattr(total, AUDIT_TAG, True)
+            read = total.tolist()  # the one device read
+        else:
+            read = []
+            for v in values:
+                setattr(v, AUDIT_TAG, True)
+                read.append(int(v))
+    except Exception:  # noqa: BLE001 - never let bookkeeping break the user's compute
+        log.exception("tmpatch: could not read the deferred reports of %s", type(metric).__name__)
+        return
+    by_key: Dict[str, List[Tuple[Any, int]]] = {}
+    all_ranks: Dict[str, bool] = {}
+    for (inner, key, synced), count in zip(keys, read):
+        if count:
+            by_key.setdefault(key, []).append((inner, int(count)))
+            all_ranks[key] = all_ranks.get(key, True) and synced
+    errors: List[BaseException] = []
+    for key, found in by_key.items():
+        record = _records.get(key)
+        if record is None:
+            continue
+        try:
+            record.reporter(metric, found, all_ranks[key])
+        except Exception as exc:  # noqa: BLE001 - an error report: raised after the warnings
+            errors.append(exc)
+    if len(errors) > 1 and len(errors[0].args) == 1 and isinstance(errors[0].args[0], str):
+        # one raise per compute: the others ride in its message, not lost
+        errors[0].args = ("\n".join([errors[0].args[0]] + [f"Also: {exc}" for exc in errors[1:]]),)
+    if errors:
+        raise errors[0]
