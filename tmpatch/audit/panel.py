@@ -46,7 +46,7 @@ GENERAL_LABELS: Tuple[Label, ...] = (
           "to warn (compute's result is read anyway)",
           function=r"_\w*(roc|precision_recall_curve|auroc|average_precision)_compute", op="aten._local_scalar_dense"),
     Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
-          file="tmpatch/deferred.py"),
+          file="tmpatch/deferred/settling.py"),
 )
 
 #: first match wins

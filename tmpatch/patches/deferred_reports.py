@@ -147,7 +147,7 @@ PATCH = Patch(
             "(on every rank with coalesced_sync); clones and pickles carry no pending report",
     labels=(
         Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
-              file="tmpatch/deferred.py"),
+              file="tmpatch/deferred/settling.py"),
     ),
     targets=(
         Target(
