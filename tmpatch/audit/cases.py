@@ -137,7 +137,8 @@ def panel_cases(real: bool, repeat: int = 20, names: Optional[Sequence[str]] = N
 def time_row(name: str, patched: bool, repeat: int) -> Optional[float]:
     """Median GPU seconds of one row's ``update()`` (all its calls), unpatched or patched."""
     import tmpatch
-    from tmpatch.audit.panel import deterministic, find_row, restored_patches
+    from tmpatch.audit.modes import deterministic, restored_patches
+    from tmpatch.audit.panel import find_row
 
     row = find_row(name)
     with restored_patches():

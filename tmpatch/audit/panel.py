@@ -13,15 +13,15 @@ validation) or removed by a tmpatch patch that is not in effect.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from tmpatch.audit.api import audit
+from tmpatch.audit.modes import deterministic, restored_patches  # noqa: F401 - imported from here too
 from tmpatch.audit.report import AuditReport, SyncKind, SyncPoint
 from tmpatch.audit.rows import ROW_NAMES, ROWS, Call, Row, _resolve, training_step_calls  # noqa: F401
 
@@ -210,21 +210,6 @@ def _compute_all(metrics: List[Any]) -> List[Any]:
     return [metric.compute() for metric in metrics]
 
 
-@contextlib.contextmanager
-def deterministic(on: bool) -> Iterator[None]:
-    if not on:
-        yield
-        return
-    previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*deterministic mode.*")
-            yield
-    finally:
-        torch.use_deterministic_algorithms(previous)
-
-
 def _audit_row(row: Row, patched: bool, real: Optional[bool], device: str) -> Tuple[Audited, Optional[Audited]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torchmetrics' own warnings (compute before update, ...)
@@ -247,29 +232,6 @@ def _available(row: Row) -> Tuple[bool, str]:
         except (ImportError, AttributeError):
             return False, f"n/a: {name.replace(':', '.')} not in this release"
     return True, ""
-
-
-def _active_patches() -> List[str]:
-    import tmpatch
-    from tmpatch.report import State
-
-    idle = (State.OFF, State.EXCLUDED, State.REVERTED)  # every other state: requested by apply()
-    return [row.name for row in tmpatch.status() if row.state not in idle]
-
-
-@contextlib.contextmanager
-def restored_patches() -> Iterator[None]:
-    """Run the block, then put tmpatch back as it was: reverted, or the patches that were
-    requested (applied, pending, not needed, ...) applied again."""
-    import tmpatch
-
-    active = _active_patches()
-    try:
-        yield
-    finally:
-        tmpatch.revert()
-        if active:
-            tmpatch.apply(active)
 
 
 def run_panel(names: Optional[Sequence[str]] = None, real: Optional[bool] = None,

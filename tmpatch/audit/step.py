@@ -223,7 +223,7 @@ def run_step(fn: Callable[..., Any], mode: str, dev: torch.device, real: bool = 
 def audit_step(fn: Callable[..., Any], device: Any = "cuda:0", real: bool = False) -> Dict[str, StepRun]:
     """Run the step function ``fn`` with tmpatch reverted, then applied (tmpatch is left as found)."""
     import tmpatch
-    from tmpatch.audit.panel import restored_patches
+    from tmpatch.audit.modes import restored_patches
 
     dev = cuda_device(device)
     if real and not torch.cuda.is_available():

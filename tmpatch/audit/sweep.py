@@ -170,7 +170,7 @@ def run_sweep(names: Optional[Sequence[str]] = None, real: bool = False,
     import torchmetrics
 
     import tmpatch
-    from tmpatch.audit.panel import restored_patches
+    from tmpatch.audit.modes import restored_patches
 
     results: List[ClassResult] = []
     cases: Dict[str, _Case] = {}
