@@ -51,8 +51,8 @@ def _valid_on_cpu(metric: Any, args: tuple, kwargs: dict) -> bool:
     if len(args) != 2 or kwargs:
         return False
     preds, target = args
-    if (type(preds) is not Tensor or type(target) is not Tensor or preds.device.type != "cpu"
-            or target.device.type != "cpu" or preds.requires_grad):
+    if (type(preds) is not Tensor or type(target) is not Tensor or not preds.is_cpu
+            or not target.is_cpu or preds.requires_grad):
         return False
     ignore = getattr(metric, "ignore_index", None)
     if ignore is not None and type(ignore) is not int:
@@ -83,9 +83,9 @@ def _builder(binned_only: bool) -> Callable[[ModuleType], Callable[..., Any]]:
         recorded = RECORD.deferred
 
         def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-            if not active() or not recorded(self) or (binned_only and getattr(self, "thresholds", None) is None):
-                return original(self, *args, **kwargs)
             if CPU_FAST and not compiling() and _valid_on_cpu(self, args, kwargs):
+                return original(self, *args, **kwargs)  # first: the common CPU case asks nothing else
+            if not active() or not recorded(self) or (binned_only and getattr(self, "thresholds", None) is None):
                 return original(self, *args, **kwargs)
             token = current.set(Update(self))
             try:
