@@ -54,10 +54,14 @@ def _valid_on_cpu(metric: Any, args: tuple, kwargs: dict) -> bool:
     if (type(preds) is not Tensor or type(target) is not Tensor or not preds.is_cpu
             or not target.is_cpu or preds.requires_grad):
         return False
-    ignore = getattr(metric, "ignore_index", None)
+    # read from the instance (torchmetrics sets both there): a missing attribute on an nn.Module
+    # costs an exception; one not found here only makes the test stricter (binary's classes, no
+    # ignored value), never looser
+    attributes = metric.__dict__
+    ignore = attributes.get("ignore_index")
     if ignore is not None and type(ignore) is not int:
         return False
-    classes = getattr(metric, "num_classes", None)
+    classes = attributes.get("num_classes")
     if classes is not None:  # multiclass
         if type(classes) is not int or classes < 1:
             return False

@@ -84,7 +84,8 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         def check(metric: Any, kind: str, strategy: Any, x: Any, weight: Any, dtype: Any,
                   shortcut: bool) -> Tuple[Any, Any]:
             """``x``, ``weight`` (or None): tensors as the caller gave them; results in ``dtype``.
-            ``shortcut``: the caller takes the results as they are (they may be ``x`` itself)."""
+            ``shortcut``: not traced by torch.compile, and the caller takes the results as they
+            are (they may be ``x`` itself)."""
             if not (x.is_floating_point() or (weight is not None and weight.is_floating_point())):
                 x = x.to(dtype)  # no NaN in integers: the release's cast alone
                 return x, (x if weight is None else weight.to(dtype))
@@ -93,7 +94,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             else:
                 both = maximum(x, weight)  # NaN exactly where either is (maximum propagates NaN)
                 nan = both != both
-            if shortcut and CPU_FAST and x.is_cpu and not compiling() and x.is_floating_point() and x.is_contiguous() \
+            if shortcut and CPU_FAST and x.is_cpu and x.is_floating_point() and x.is_contiguous() \
                     and (weight is None or (weight.is_floating_point() and weight.shape == x.shape)) \
                     and not nan.any():
                 # the CPU has no sync to save: with no NaN, the tensors every branch below gives
@@ -122,15 +123,15 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             return x, (impute(weight, nan, 0.0) if kind == "mean" else weight)
 
         def run(metric: Any, kind: str, strategy: Any, x: Any, weight: Any, dtype: Any,
-                shortcut: bool = True) -> Tuple[Any, Any]:
+                shortcut: bool) -> Tuple[Any, Any]:
             if (x.requires_grad or (weight is not None and weight.requires_grad)) and not is_grad_enabled():
                 with enable_grad():  # the release's in-place write keeps the caller's requires_grad
                     return check(metric, kind, strategy, x, weight, dtype, False)
             return check(metric, kind, strategy, x, weight, dtype, shortcut)
 
-        def handled(metric: Any) -> Optional[str]:
+        def handled(metric: Any, tracing: bool) -> Optional[str]:
             cls = metric.__class__
-            if compiling():  # worked out while tracing: a lookup in the cache would be a guard on it
+            if tracing:  # worked out while tracing: a lookup in the cache would be a guard on it
                 kind = _kind(module, {}, cls)
             else:
                 kind = kinds[cls] if cls in kinds else _kind(module, kinds, cls)
@@ -144,15 +145,16 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             pending: Dict[int, Tuple[int, Any, Any]] = {}
 
             def _cast_and_nan_check_input_1_0_0(original: Callable, self: Any, x: Any) -> Any:
-                kind = handled(self)
+                tracing = compiling()
+                kind = handled(self, tracing)
                 if kind is None:
                     return original(self, x)
                 if not isinstance(x, Tensor):
                     x = tensor(x, float32, self.device)
                 if kind != "mean":
-                    return run(self, kind, self.nan_strategy, x, None, float32)[0]
+                    return run(self, kind, self.nan_strategy, x, None, float32, not tracing)[0]
                 # MeanMetric: no shortcut, the weight's call below fills the value the first one returned
-                if compiling():  # one traced update makes both calls: a slot pairs them (the count is a guard)
+                if tracing:  # one traced update makes both calls: a slot pairs them (the count is a guard)
                     stash, _paired.stash = _paired.stash, None
                     if stash is None or stash[0] is not self:  # MeanMetric's value
                         value = run(self, kind, self.nan_strategy, x, None, float32, False)[0]
@@ -183,7 +185,8 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             return _cast_and_nan_check_input_1_0_0
 
         def _cast_and_nan_check_input(original: Callable, self: Any, x: Any, weight: Any = None) -> Any:
-            kind = handled(self)
+            tracing = compiling()
+            kind = handled(self, tracing)
             if kind is None:
                 return original(self, x, weight)
             dtype = self.dtype if release.metric_dtype else float32
@@ -194,7 +197,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             strategy = self.nan_strategy
             if strategy == "disable":  # 1.6.2+: no check; a user-supplied weight is kept (#3434)
                 return x.to(dtype), (ones_like(x) if weight is None else weight).to(dtype)
-            return run(self, kind, strategy, x, weight, dtype)
+            return run(self, kind, strategy, x, weight, dtype, not tracing)
 
         return _cast_and_nan_check_input
 
