@@ -56,6 +56,7 @@ CASES = {
                 lambda: _images(1, 1, 96, 96), True),
     "SSIM(uniform)": (lambda: I.StructuralSimilarityIndexMeasure(data_range=1.0, gaussian_kernel=False,
                                                                  kernel_size=5), lambda: _images(1, 2, 12, 12), True),
+    "SSIM(data_range=None)": (I.StructuralSimilarityIndexMeasure, lambda: _images(1, 2, 12, 12), True),
     "RMSE-SW": (I.RootMeanSquaredErrorUsingSlidingWindow, lambda: _images(1, 2, 12, 12), True),
     "RASE": (I.RelativeAverageSpectralError, lambda: _images(1, 2, 12, 12), True),
 }
@@ -201,8 +202,13 @@ def _calls(draw):
         shape = (1, 2, 9, 9)
         size = draw(st.sampled_from([3, 5, (3, 5)]))
         gauss = draw(st.booleans())
-        args = (_tensor(draw, shape, dtype), _tensor(draw, shape, dtype))
-        return ("ssim", "_ssim_update"), args, {"kernel_size": size, "data_range": 1.0, "gaussian_kernel": gauss}
+        args = (_tensor(draw, shape, dtype), _tensor(draw, shape, dtype, 0.0, draw(st.sampled_from([0.5, 1.0, 2.0]))))
+        data_range = draw(st.sampled_from([1.0, None, None]))  # None: the larger of the two ranges, chosen
+        if data_range is None and draw(st.booleans()):  # a NaN in one input: Python's max keeps the first
+            args[draw(st.integers(0, 1))][0, 0, draw(st.integers(0, 8)), 0] = float("nan")
+        if data_range is None and draw(st.booleans()):  # equal ranges
+            args = (args[0], args[0].clone())
+        return ("ssim", "_ssim_update"), args, {"kernel_size": size, "data_range": data_range, "gaussian_kernel": gauss}
     if kind == "vif":
         shape = (1, 1, 41, 41)
         sigma = draw(st.sampled_from([2.0, 2, 0.1, 1e-3]))
@@ -311,3 +317,18 @@ def test_the_releases_complement_list_is_ascending():
         for block in (2, 3, 4, 8, 16):
             if len(range(block - 1, length, block)) and length - len(range(block - 1, length, block)):
                 assert _complement_is_ascending(length, block), (length, block)
+
+
+@pytest.mark.parametrize("scale", [(1.0, 2.0), (2.0, 1.0), (1.0, 1.0)], ids=["target wider", "preds wider", "equal"])
+def test_ssim_default_data_range_is_the_releases_choice(scale):
+    """``data_range=None``: the larger of the two ranges, chosen on the device (``torch.where``)
+    where the release compares them in Python; the same tensors, whichever is larger."""
+    _apply()
+    helper.CPU_FAST = False  # the device path, on real values
+    function = _fn("ssim", "_ssim_update")
+    preds, target = _images(1, 2, 12, 12, seed=3)
+    preds, target = preds * scale[0], (target * scale[1] if scale[0] != scale[1] else preds * scale[1])
+    want = _flat(tmpatch.get_original(function)(preds, target))
+    got = _flat(function(preds, target))
+    for a, b in zip(got, want):
+        assert_bitwise(a, b)

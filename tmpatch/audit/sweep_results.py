@@ -36,8 +36,6 @@ SWEEP_LABELS: Tuple[Label, ...] = (
           function="procrustes_disparity", op="aten._linalg_svd"),
     Label(NOT_COVERED, "torch.linalg.solve reads its info to raise on a singular system: not covered yet",
           function="signal_distortion_ratio", op="aten._linalg_check_errors"),
-    Label(NOT_COVERED, "data_range=None: the range is read on the host (max of two device values): not covered yet; "
-          "pass data_range", function="_ssim_update", op="aten._local_scalar_dense"),
     Label(INHERENT, "retrieval compute splits the states by query and reads each query's targets: the answer's "
           "structure depends on the data", file="retrieval/base.py"),
     Label(INHERENT, "retrieval compute: the functional metric checks each query", file="utilities/checks.py",

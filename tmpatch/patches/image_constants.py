@@ -10,7 +10,9 @@ the device, or read a device value to choose a constant:
 * ``_compute_bef`` (PSNRB): four index lists built on the host (``torch.tensor(range(...))``)
   index the device image (each copied), and ``t = ... if d_b > d_bc else 0`` reads the device;
 * ``_ssim_update`` with ``gaussian_kernel=False`` (StructuralSimilarityIndexMeasure, MS-SSIM):
-  ``torch.tensor(kernel_size, ...)`` for the uniform kernel's size;
+  ``torch.tensor(kernel_size, ...)`` for the uniform kernel's size; with ``data_range=None``
+  (the default) ``max(preds.max() - preds.min(), target.max() - target.min())`` compares two
+  device values in Python (a read): it becomes ``torch.where``, the same choice;
 * ``_multiscale_ssim_update`` and, from 1.6.2, ``MultiScaleStructuralSimilarityIndexMeasure.update``:
   ``torch.tensor(betas, device=...)`` and ``torch.tensor(preds.shape[0], ...)``;
 * ``_vif_per_channel`` (VisualInformationFidelity): ``torch.tensor(1e-10, ...)`` and
@@ -173,8 +175,13 @@ PAD = Rewrite((Edit(_PAD.format(").to(inputs.device", ").to(inputs.device"),
                     _PAD.format(", device=inputs.device", ", device=inputs.device")),), _names)
 SCC = Rewrite((Edit("hp_filter = hp_filter[None, None, :].to(dtype=preds.dtype, device=preds.device)",
                     "hp_filter = _tmpatch_to_device(hp_filter[None, None, :], preds.dtype, preds.device)"),), _names)
+_DATA_RANGE = "data_range = max(preds.max() - preds.min(), target.max() - target.min())"
 SSIM = _swapped("kernel = torch.ones((channel, 1, *kernel_size), dtype=dtype, device=device) / torch.prod(\n"
-                "    torch.tensor(kernel_size, dtype=dtype, device=device)\n)")
+                "    torch.tensor(kernel_size, dtype=dtype, device=device)\n)",
+                # ``max(a, b)`` is ``b if b > a else a``: a read of the device; the same choice by torch.where
+                extra=(_unless("_tmpatch_on_device(preds)", "data_range = _tmpatch_select(\n"
+                               "    target.max() - target.min() > preds.max() - preds.min(),\n"
+                               "    target.max() - target.min(), preds.max() - preds.min())", _DATA_RANGE),))
 MS_SSIM = _swapped("betas = torch.tensor(betas, device=mcs_stack.device).view(-1, 1)")
 MS_SSIM_TOTAL = _swapped(
     "self.total += torch.tensor(preds.shape[0], dtype=self.total.dtype, device=self.total.device)")
@@ -203,6 +210,8 @@ PATCH = Patch(
         Label(PATCHED, "PSNRB reads d_b > d_bc (block effect) and, before 1.8.0, data_range > 2 (compute); the "
               "image_constants patch chooses with torch.where", function=r"_compute_bef|_psnrb_compute",
               op="aten._local_scalar_dense"),
+        Label(PATCHED, "SSIM with data_range=None compares the two ranges in Python (max of two device values); the "
+              "image_constants patch chooses with torch.where", function="_ssim_update", op="aten._local_scalar_dense"),
         Label(PATCHED, "MS-SSIM (1.6.2+) copies the batch size to the device; the image_constants patch fills it",
               function="update", file="torchmetrics/image/ssim.py", op="aten._to_copy"),
     ),
