@@ -16,6 +16,7 @@ Real multi-rank runs are in tests/distributed/test_coalesced_sync_ddp.py.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, List
 
 import pytest
@@ -44,6 +45,11 @@ def world_of_one(tmp_path):
     finally:
         for name, value in saved.items():
             setattr(dist, name, value)
+        # torch 2.5's ProcessGroupGloo destructor joins its worker threads holding the GIL; a
+        # worker still freeing the last collective's output tensor (a Python object: it needs
+        # the GIL) then waits forever (seen in CI, both torch 2.5.1 runs). Let it finish first.
+        dist.barrier()
+        time.sleep(0.1)
         dist.destroy_process_group()
 
 
