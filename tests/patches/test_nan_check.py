@@ -209,6 +209,7 @@ def _shortcut_cases():
         "broadcast row weight": (big, torch.broadcast_to(torch.rand(33, generator=g), big.shape)),
         "transposed value": (big.t(), torch.rand(33, 67, generator=g)),
         "transposed value, no weight": (big.t(),),
+        "transposed weight": (big, torch.rand(33, 67, generator=g).t()),
         "expanded value": (torch.broadcast_to(torch.randn(33, generator=g), (67, 33)),),
         "float16 value, float64 weight": (big.half(), torch.rand(67, 33, generator=g, dtype=torch.float64)),
     }

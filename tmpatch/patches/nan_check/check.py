@@ -11,8 +11,8 @@ from tmpatch import deferred, settings
 from tmpatch.compiled import compiling
 from tmpatch.patches.nan_check.report import RECORD, _loaded, _Release
 
-#: on the CPU, an update without NaN takes the cast alone (no sync to save there); the tests and
-#: the audit's compute rows turn it off to run the device path
+#: on the CPU, an update without NaN takes the cast alone (no sync to save there); off, every
+#: update takes the device path (the tests compare the two on real values)
 CPU_FAST = True
 
 _NEUTRAL = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf}
