@@ -19,9 +19,6 @@ unexpected difference; 1: differences; 2: no GPU (or a usage error).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -121,66 +118,13 @@ def header(real: bool) -> str:
     return f"tmpatch audit calibration: torch {torch.__version__}, torchmetrics {release}, {device}"
 
 
-# --- command line -------------------------------------------------------------------------------
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tmpatch.audit.calibrate", description=__doc__.split("\n\n")[0],
-                                     epilog="exit status: 0 no unexpected difference; 1 differences; 2 no GPU "
-                                            "(or a usage error)")
-    parser.add_argument("--source", action="append", metavar="NAME",
-                        help="only this source: probes, panel, or a sweep (repeatable)")
-    parser.add_argument("--repeat", type=int, default=20, help="timed calls per case (median; default 20)")
-    parser.add_argument("--simulated-only", action="store_true", help="no GPU needed: the simulated verdicts only")
-    parser.add_argument("--json", metavar="FILE", help="also write every comparison as JSON")
-    parser.add_argument("--out", metavar="FILE", help="also write the report to FILE")
-    return parser
-
+# --- command line: tmpatch/audit/calibrate_cli.py ------------------------------------------------
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the calibration; returns the exit status."""
-    from tmpatch.audit import support
+    """``python -m tmpatch.audit.calibrate``: see :func:`tmpatch.audit.calibrate_cli.main`."""
+    from tmpatch.audit import calibrate_cli
 
-    try:
-        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    problem = support.problem()
-    if problem is not None:
-        print(f"calibrate: {problem}", file=sys.stderr)
-        return 2
-    chosen = sources(args.repeat, args.source)
-    unknown = sorted(set(args.source or ()) - set(chosen))
-    if unknown:
-        print(f"calibrate: unknown --source {', '.join(unknown)}; known: {', '.join(sources(1))}", file=sys.stderr)
-        return 2
-    gpu = not args.simulated_only and torch.cuda.is_available()
-    if gpu:
-        torch.cuda.init()  # before the simulated half: it then never shims CUDA's initialisation
-    simulated = collect(chosen, real=False)
-    if not gpu:
-        comparisons = compare(simulated, None)
-        text = render(comparisons, header(False))
-        _write(args, text, comparisons)
-        print(text)
-        if args.simulated_only:
-            return 0
-        print("calibrate: no CUDA GPU here: the simulated half ran; the real half needs a GPU "
-              "(or pass --simulated-only)", file=sys.stderr)
-        return 2
-    comparisons = compare(simulated, collect(chosen, real=True))
-    text = render(comparisons, header(True))
-    _write(args, text, comparisons)
-    print(text)
-    return 1 if any(c.status in ("differs", "error") for c in comparisons) else 0
-
-
-def _write(args: argparse.Namespace, text: str, comparisons: List[Comparison]) -> None:
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            handle.write(f"$ python -m tmpatch.audit.calibrate {' '.join(sys.argv[1:])}\n{text}\n")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump([c.to_dict() for c in comparisons], handle, indent=1, default=str)
+    return calibrate_cli.main(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -157,9 +157,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``tmpatch audit`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--calibrate" in argv:  # its own options: python -m tmpatch.audit.calibrate --help
-        from tmpatch.audit import calibrate
+        from tmpatch.audit import calibrate_cli
 
-        return calibrate.main([a for a in argv if a != "--calibrate"])
+        return calibrate_cli.main([a for a in argv if a != "--calibrate"])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
