@@ -13,6 +13,7 @@ from tmpatch.audit import support
 
 __all__ = [
     "AuditReport",
+    "Breaks",
     "BranchReport",
     "SimulatedCuda",
     "SyncError",
@@ -24,6 +25,7 @@ __all__ = [
     "classify",
     "count_syncs",
     "cuda_device",
+    "graph_breaks",
     "no_sync",
     "real_gpu_available",
     "result_devices",
@@ -36,6 +38,7 @@ UNSUPPORTED = support.problem()
 if UNSUPPORTED is None:
     from tmpatch.audit.api import audit, count_syncs, no_sync, real_gpu_available
     from tmpatch.audit.branches import BranchReport, audit_branches
+    from tmpatch.audit.breaks import Breaks, graph_breaks
     from tmpatch.audit.recorder import SyncRecorder, classify
     from tmpatch.audit.report import AuditReport, SyncError, SyncKind, SyncPoint, result_devices
     from tmpatch.audit.sim import SimulatedCuda, cuda_device, simulated_cuda, to_sim_cuda

@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--all", action="store_true",
                         help="the library sweep: every concrete Metric class of the installed torchmetrics, update() "
                              "and forward(), unpatched and patched (simulated CUDA; with --json too)")
+    parser.add_argument("--graph-breaks", action="store_true",
+                        help="also compile each row's update with torch.compile (backend eager, on the CPU) and show "
+                             "its graph breaks and recompiles, unpatched and patched, next to the syncs")
     parser.add_argument("--calibrate", action="store_true",
                         help="on a GPU: run the panel and the probe table simulated and real, and "
                              "print where they differ; see python -m tmpatch.audit.calibrate --help")
@@ -109,6 +112,10 @@ def _run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"tmpatch audit: {problem}", file=sys.stderr)
         return 1
+    if args.graph_breaks and (args.step is not None or args.all or args.real):
+        print("tmpatch audit: --graph-breaks goes with the panel (and --metric), not with --step, --real or --all",
+              file=sys.stderr)
+        return 2
     if args.step is not None or args.real:
         if args.step is None or args.metric or args.list or args.all_rows:
             print("tmpatch audit: --real goes with --step, and --step with neither --metric, --list nor "
@@ -138,7 +145,7 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001
         print(f"tmpatch audit: cannot import torchmetrics ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 1
-    result = panel_module.run_panel(names, real=False if args.simulated else None)
+    result = panel_module.run_panel(names, real=False if args.simulated else None, breaks=args.graph_breaks)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from tmpatch.audit.api import audit
+from tmpatch.audit.breaks import Breaks, graph_breaks
 from tmpatch.audit.modes import deterministic, restored_patches  # noqa: F401 - imported from here too
 from tmpatch.audit.report import AuditReport, SyncKind, SyncPoint
 from tmpatch.audit.rows import ROW_NAMES, ROWS, Call, Row, _resolve, training_step_calls  # noqa: F401
@@ -122,6 +123,7 @@ class RowResult:
     error: str = ""  #: the audit raised (text); the row's figures are incomplete
     update: Dict[str, Audited] = field(default_factory=dict)  #: "unpatched"/"patched"
     compute: Dict[str, Audited] = field(default_factory=dict)
+    breaks: Dict[str, Breaks] = field(default_factory=dict)  #: graph breaks of update, by mode (if asked)
 
     def notes(self) -> List[str]:
         """The distinct reasons of the patched syncs (update and compute), in order."""
@@ -171,6 +173,7 @@ class RowResult:
             "error": self.error or None,
             "update": {mode: a.to_dict() for mode, a in self.update.items()},
             "compute": {mode: a.to_dict() for mode, a in self.compute.items()},
+            "graph_breaks": {mode: b.to_dict() for mode, b in self.breaks.items()} or None,
             "notes": self.notes(), "fixed_by": self.fixed_by(), "fails": self.fails(),
         }
 
@@ -225,6 +228,21 @@ def _audit_row(row: Row, patched: bool, real: Optional[bool], device: str) -> Tu
     return Audited(update, patched), Audited(compute, patched)
 
 
+def _breaks_of_row(row: Row) -> Breaks:
+    """The graph breaks of the row's update (a helper: its call) compiled on the CPU."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            calls = row.build()
+            with deterministic(row.deterministic):
+                if row.helper:
+                    target, args, kwargs = calls[0]
+                    return graph_breaks(target, *args, **kwargs)
+                return graph_breaks(_update_all, calls)
+    except Exception as exc:  # noqa: BLE001 - the row's build; never hides the other rows
+        return Breaks(error=f"{type(exc).__name__}: {exc}")
+
+
 def _available(row: Row) -> Tuple[bool, str]:
     for name in row.requires:
         try:
@@ -235,13 +253,15 @@ def _available(row: Row) -> Tuple[bool, str]:
 
 
 def run_panel(names: Optional[Sequence[str]] = None, real: Optional[bool] = None,
-              device_for: Optional[Callable[[str], str]] = None) -> Panel:
+              device_for: Optional[Callable[[str], str]] = None, breaks: bool = False) -> Panel:
     """Audit the rows named (default: all; in panel order), unpatched then patched; tmpatch is
     left as found. ``KeyError`` for an unknown name.
 
     ``real``: see :func:`tmpatch.audit.audit` (None: a GPU when there is one).
     ``device_for`` maps a row's device to the one used (a GPU with one device runs the
     ``cuda:1`` rows on ``cuda:0``).
+    ``breaks``: also compile each row's update on the CPU and report its graph breaks and
+    recompiles (:mod:`tmpatch.audit.breaks`; resets torch.compile's caches).
     """
     import torchmetrics
 
@@ -280,4 +300,6 @@ def run_panel(names: Optional[Sequence[str]] = None, real: Optional[bool] = None
                 result.update[mode] = update
                 if compute is not None:
                     result.compute[mode] = compute
+                if breaks:
+                    result.breaks[mode] = _breaks_of_row(row)
     return Panel(torchmetrics.__version__, "real" if _use_real(real) else "simulated", states, results)

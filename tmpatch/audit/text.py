@@ -4,6 +4,8 @@ from __future__ import annotations
 import textwrap
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from tmpatch.audit.breaks import describe
+
 WIDTH = 120  #: every line of the text output fits this many columns
 
 
@@ -32,6 +34,11 @@ def _pair(results: Dict[str, object]) -> str:
     return f"{_fmt(results.get('unpatched'))} -> {_fmt(results.get('patched'))}"
 
 
+def _breaks_pair(breaks: Dict[str, object]) -> str:
+    cells = [getattr(breaks.get(mode), "cell", lambda: "-")() for mode in ("unpatched", "patched")]
+    return f"{cells[0]} -> {cells[1]}"
+
+
 def _location(location: str) -> str:
     """Shorten a path to its package-relative part (``torchmetrics/...``, ``tmpatch/...``)."""
     path, _, line = location.rpartition(":")
@@ -53,6 +60,10 @@ def shown(row: "object") -> bool:
     patched calls still have a point (a sync or an event reported apart); n/a rows are not."""
     if row.error or not row.available:  # type: ignore[attr-defined]
         return bool(row.error)  # type: ignore[attr-defined]
+    before, after = row.breaks.get("unpatched"), row.breaks.get("patched")  # type: ignore[attr-defined]
+    if after is not None and (after.error or after.count or after.recompiles
+                              or before is None or before.cell() != after.cell()):
+        return True
     for part in (row.update, row.compute):  # type: ignore[attr-defined]
         before, after = _counts(part)
         patched = part.get("patched")
@@ -81,21 +92,24 @@ def render(panel: "object", verbose: bool = False, all_rows: bool = False) -> st
             legend.append(text)
         return f"[{legend.index(text) + 1}]"
 
-    table = [("row", "update", "compute", "fixed by, notes")]
+    compiled = any(row.breaks for row in panel.rows)  # type: ignore[attr-defined]
+    table = [("row", "update", "compute") + (("graph breaks",) if compiled else ()) + ("fixed by, notes",)]
     for row in rows:
         if not row.available:
-            table.append((row.name, "n/a", "n/a", mark(row.why_na)))
+            table.append((row.name, "n/a", "n/a") + (("n/a",) if compiled else ()) + (mark(row.why_na),))
             continue
         last = ", ".join(row.fixed_by())
         marks = " ".join(mark(text) for text in notes(row))
         compute = "-" if row.helper else _pair(row.compute)
-        table.append((row.name, _pair(row.update), compute, f"{last} {marks}".strip()))
-    widths = [max(len(r[i]) for r in table) for i in range(3)]
-    start = sum(widths) + 6
+        cells = (row.name, _pair(row.update), compute) + ((_breaks_pair(row.breaks),) if compiled else ())
+        table.append(cells + (f"{last} {marks}".strip(),))
+    columns = len(table[0]) - 1
+    widths = [max(len(r[i]) for r in table) for i in range(columns)]
+    start = sum(widths) + 2 * columns
     lines = []
     for r in table:
-        head = f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  "
-        body = fit(r[3], width=WIDTH - start) if r[3] else [""]
+        head = f"{r[0]:<{widths[0]}}  " + "".join(f"{r[i]:>{widths[i]}}  " for i in range(1, columns))
+        body = fit(r[-1], width=WIDTH - start) if r[-1] else [""]
         lines += [(head + body[0]).rstrip()] + [" " * start + more for more in body[1:]]
     lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 15)
     hidden = [row for row in panel.rows if row not in rows]  # type: ignore[attr-defined]
@@ -129,6 +143,8 @@ def notes(row: "object") -> List[str]:
             reasons += [] if text in reasons else [text]
         if audited is not None and audited.report is not None and not audited.report.complete:
             reasons += [] if "audit stopped early" in reasons else ["audit stopped early"]
+    breaks = row.breaks  # type: ignore[attr-defined]
+    reasons += [text for text in describe(breaks.get("unpatched"), breaks.get("patched")) if text not in reasons]
     return reasons
 
 
@@ -157,6 +173,10 @@ def header(panel: "object") -> str:
     lines += ["sync points per call, unpatched -> patched. update: per update() (forward() runs it: a cost "
               "paid every step);", "compute: one compute() after one update, paid once per compute() "
               "(its result is read anyway); -: no compute()"]
+    if any(row.breaks for row in panel.rows):  # type: ignore[attr-defined]
+        lines += ["graph breaks: break sites of update() compiled with torch.compile(backend='eager') on the CPU, "
+                  "unpatched -> patched;", "+N: calls run outside the graph on purpose; rcN: N frames recompiled "
+                  "over 3 calls; crash: the first call raised"]
     return "\n".join(lines) + "\n"
 
 

@@ -31,12 +31,11 @@ steps around it; ``revert.py``: pending reports across ``revert()``.
 """
 from __future__ import annotations
 
-import contextvars
 import logging
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.compiled import compiling
+from tmpatch.compiled import ContextSlot, compiling
 
 log = logging.getLogger("tmpatch")
 
@@ -46,7 +45,8 @@ AUDIT_TAG = "_tmpatch_record"
 
 #: > 0 while torchmetrics runs a metric's compute/reset for itself (inside forward(),
 #: another compute(), a wrapper's update()): no report, no clearing
-_internal: "contextvars.ContextVar[int]" = contextvars.ContextVar("tmpatch_internal", default=0)
+#: how deep torchmetrics' own calls are nested (None: not at all); a slot compiled code can set too
+_internal = ContextSlot("tmpatch_internal")
 
 #: whether the deferred_reports patch is in effect (its forward/reset layers are in place)
 _live = False
@@ -167,7 +167,7 @@ def went_dormant() -> None:
 
 def internal() -> bool:
     """Whether torchmetrics itself is calling (inside forward(), a compute(), a wrapper's update())."""
-    return _internal.get() > 0
+    return bool(_internal.get())
 
 
 class scope:
@@ -176,7 +176,7 @@ class scope:
     __slots__ = ("_token",)
 
     def __enter__(self) -> None:
-        self._token = _internal.set(_internal.get() + 1)
+        self._token = _internal.set((_internal.get() or 0) + 1)
 
     def __exit__(self, *exc: Any) -> None:
         _internal.reset(self._token)
