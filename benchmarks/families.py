@@ -31,6 +31,7 @@ RELEASES = overhead.RELEASES
 def _cases() -> List[overhead.Case]:
     """One ``update`` per family, on a batch of 256 rows; a factory runs after apply/revert."""
     import torch
+    from torchmetrics.audio import SignalDistortionRatio
     from torchmetrics.classification import BinaryFairness, BinaryGroupStatRates
     from torchmetrics.nominal import CramersV
     from torchmetrics.retrieval import RetrievalMAP, RetrievalPrecision
@@ -41,6 +42,7 @@ def _cases() -> List[overhead.Case]:
     queries = torch.randint(0, 16, (n,), generator=g)
     first, second = torch.randint(0, 5, (n,), generator=g), torch.randint(0, 5, (n,), generator=g)
     groups = torch.randint(0, 4, (n,), generator=g)
+    speech, estimate = torch.randn(4, 1024, generator=g), torch.randn(4, 1024, generator=g)
 
     def update(build, *args, **kwargs) -> overhead.Callable[[], overhead.Call]:
         def factory() -> overhead.Call:
@@ -59,6 +61,8 @@ def _cases() -> List[overhead.Case]:
          update(lambda: BinaryGroupStatRates(num_groups=4, validate_args=False), scores, relevant, groups)),
         ("BinaryFairness.update", ("fairness_groups",),
          update(lambda: BinaryFairness(num_groups=4, validate_args=False), scores, relevant, groups)),
+        ("SignalDistortionRatio.update", ("sdr_solve",),
+         update(lambda: SignalDistortionRatio(filter_length=64), estimate, speech)),
     ]
 
 

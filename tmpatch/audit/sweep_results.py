@@ -34,8 +34,6 @@ SWEEP_LABELS: Tuple[Label, ...] = (
           function="_multilabel_ranking_loss_update"),
     Label(NOT_COVERED, "torch's CUDA SVD reads its convergence info (torch.linalg.svd always checks): not covered",
           function="procrustes_disparity", op="aten._linalg_svd"),
-    Label(NOT_COVERED, "torch.linalg.solve reads its info to raise on a singular system: not covered yet",
-          function="signal_distortion_ratio", op="aten._linalg_check_errors"),
     Label(INHERENT, "retrieval compute splits the states by query and reads each query's targets: the answer's "
           "structure depends on the data", file="retrieval/base.py"),
     Label(INHERENT, "retrieval compute: the functional metric checks each query", file="utilities/checks.py",

@@ -45,6 +45,7 @@ NAMES = (
     "legacy_dice_checks",
     "tweedie_checks",
     "pit_permutations",
+    "sdr_solve",
     "compiled_update",
 )
 

@@ -1,0 +1,137 @@
+"""sdr_solve: SignalDistortionRatio's solve without reading the solver's error code, a singular
+system reported at compute()."""
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import tmpatch
+from tests.conftest import assert_bitwise, examples
+from tmpatch import deferred
+from tmpatch.patches import sdr_solve as patch
+from torchmetrics.audio import SignalDistortionRatio
+from torchmetrics.functional.audio import signal_distortion_ratio
+
+
+@pytest.fixture(autouse=True)
+def _device_path():
+    yield
+    patch.CPU_FAST = True
+
+
+def _apply() -> None:
+    row = next(r for r in tmpatch.apply(["sdr_solve"]) if r.name == "sdr_solve")
+    assert row.state == "applied", row
+
+
+def _pending(metric) -> int:
+    return int(deferred.local_records(metric).get("sdr_solve", 0))
+
+
+def _signals(seed: int, batch: int = 2, length: int = 200, dtype: torch.dtype = torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(batch, length, generator=g, dtype=dtype),
+            torch.randn(batch, length, generator=g, dtype=dtype))
+
+
+def test_an_update_reads_nothing_on_simulated_cuda():
+    from tmpatch.audit import audit
+
+    preds, target = _signals(0)
+    report = audit(SignalDistortionRatio(filter_length=32).update, preds, target, real=False)
+    assert any(p.function == "signal_distortion_ratio" and p.op == "aten._linalg_check_errors"
+               for p in report.sync_points), str(report)
+    _apply()
+    for call in (lambda m: m.update, lambda m: m):
+        report = audit(call(SignalDistortionRatio(filter_length=32)), preds, target, real=False)
+        assert report.count == 0, str(report)
+
+
+@settings(max_examples=examples(5), deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**16), st.integers(1, 3), st.sampled_from([4, 16, 64]), st.booleans(),
+                          st.sampled_from([None, 1e-3]), st.booleans(), st.sampled_from([torch.float32, torch.float64]),
+                          st.booleans()), min_size=1, max_size=6))
+def test_states_and_results_equal_the_releases(cases):
+    """Several cases per example: one revert/apply for all of them (the slow part). Float64 signals
+    keep the solution's last bits in the result (float32 ones round them away)."""
+
+    def run(seed, batch, filter_length, zero_mean, load_diag, forward, dtype):
+        metric = SignalDistortionRatio(filter_length=filter_length, zero_mean=zero_mean, load_diag=load_diag)
+        out = []
+        for step in range(2):
+            result = (metric if forward else metric.update)(*_signals(seed + step, batch, 96, dtype))
+            if result is not None:
+                out.append(result)
+        return out + [metric.sum_sdr, metric.total, metric.compute()]
+
+    tmpatch.revert()
+    expected = [run(*case[:7]) for case in cases]
+    _apply()
+    for case, want in zip(cases, expected):
+        patch.CPU_FAST = case[7]
+        for a, b in zip(run(*case[:7]), want):
+            assert_bitwise(a, b)
+
+
+@settings(max_examples=examples(10), deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 3), st.sampled_from([4, 16, 64]), st.booleans(),
+       st.sampled_from([None, 1e-3]), st.booleans())
+def test_the_solve_in_a_marked_update_is_the_releases_bit_for_bit(seed, batch, filter_length, zero_mean, load_diag,
+                                                                  cpu_fast):
+    """The per-signal SDR (float64: the solution's last bits reach the result; a state rounds them
+    to float32) of the functional code as a marked update runs it."""
+    import torchmetrics.functional.audio.sdr as module
+
+    preds, target = _signals(seed, batch, 96, torch.float64)
+    kwargs = dict(filter_length=filter_length, zero_mean=zero_mean, load_diag=load_diag)
+    tmpatch.revert()
+    want = module.signal_distortion_ratio(preds, target, **kwargs)
+    _apply()
+    patch.CPU_FAST = cpu_fast
+    token = patch._current.set(SignalDistortionRatio())
+    try:
+        got = module.signal_distortion_ratio(preds, target, **kwargs)
+    finally:
+        patch._current.reset(token)
+    assert got.dtype == torch.float64
+    assert_bitwise(got, want)
+
+
+@pytest.mark.parametrize("cpu_fast", [True, False])
+def test_a_singular_system_raises_torchs_error_at_the_next_compute_once(cpu_fast):
+    good = _signals(1)
+    silent = (good[0], torch.zeros_like(good[1]))  # a silent target: a zero autocorrelation, singular
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        SignalDistortionRatio(filter_length=16).update(*silent)  # upstream: in update()
+    _apply()
+    patch.CPU_FAST = cpu_fast
+    metric = SignalDistortionRatio(filter_length=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        metric.update(*silent)  # no error here
+        metric(*silent)
+    metric.update(*good)
+    assert _pending(metric) == 2
+    with pytest.raises(torch.linalg.LinAlgError, match=f"^{re.escape(patch.MESSAGE)} \\(tmpatch sdr_solve: 2 upd"):
+        metric.compute()
+    metric.compute()  # reported once
+    metric.update(*silent)
+    metric.reset()  # reset discards it
+    assert _pending(metric) == 0
+    metric.update(*good)
+    assert torch.isfinite(metric.compute())
+
+
+def test_functional_api_and_metrics_built_before_apply_raise_in_update():
+    early = SignalDistortionRatio(filter_length=16)
+    _apply()
+    preds, target = _signals(2)
+    silent = torch.zeros_like(target)
+    with pytest.raises(torch.linalg.LinAlgError):
+        early.update(preds, silent)
+    with pytest.raises(torch.linalg.LinAlgError):
+        signal_distortion_ratio(preds, silent, filter_length=16)

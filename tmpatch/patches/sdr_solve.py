@@ -1,0 +1,129 @@
+"""sdr_solve: SignalDistortionRatio solves for its filter without reading the solver's error code.
+
+Defect: ``signal_distortion_ratio`` solves the Toeplitz system of each signal with
+``torch.linalg.solve``, which checks the solver's error code on the host to raise on a
+singular system (``torch.linalg.LinAlgError``): one device read on every ``update()`` of
+SignalDistortionRatio, with no argument to turn it off. Not fixed upstream (1.9.0
+included).
+
+Repair: the class ``update`` marks the update of a metric with a deferred-report book
+(built while ``deferred_reports`` is applied). In a marked update an edit hands the
+solve to :func:`torch.linalg.solve_ex`, the very solver ``torch.linalg.solve`` runs
+before its check (the solution is the same, bit for bit), and counts the singular
+systems on the device; at the next ``compute()`` the release's ``LinAlgError`` (torch's
+message) is raised once. On the CPU the error code is read at once (free there) and only
+a failing update is counted: the report is the same on every device. Outside a marked
+update (the functional API, metrics built before ``apply()``) the release's
+``torch.linalg.solve`` runs.
+
+Deliberate difference: a batch with a singular system is added to the states (upstream,
+``update()`` raised before); its SDR is whatever the solver gave (NaN or infinite) until
+``reset()``.
+
+Releases: 1.0.0-1.9.0 (two spellings of the solve: a module alias ``solve`` until 1.2.0,
+``torch.linalg.solve`` from 1.2.1; one class ``update``).
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Tuple
+
+from tmpatch import deferred
+from tmpatch.compiled import ContextSlot, compiling
+from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+
+#: on the CPU, read the error code at once (free there) and count failing updates only; the
+#: tests turn it off to run the device path
+CPU_FAST = True
+
+#: torch's message for a singular system (``torch.linalg.solve``, torch 2.1-2.13)
+MESSAGE = "torch.linalg.solve: The solver failed because the input matrix is singular."
+
+
+def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
+    """At the user's compute(): torch's LinAlgError, once, for every update that met a singular system."""
+    import torch
+
+    count = sum(n for _, n in found)
+    where = " on some rank" if all_ranks else ""
+    raise torch.linalg.LinAlgError(
+        f"{MESSAGE} (tmpatch sdr_solve: {count} update(s) of {type(top).__name__}{where} since the last compute() "
+        "met a singular system; reported at compute() instead of in update(). Unlike without tmpatch, those "
+        "batches were added to the metric's states: reset() discards them. Exclude the sdr_solve patch to have "
+        "the error raised in update())"
+    )
+
+
+#: updates that met a singular system, reported at compute
+RECORD = deferred.Record("sdr_solve", _report)
+
+#: the metric whose update is running in this thread / task, if it records
+_current = ContextSlot("tmpatch_sdr")  # a ContextVar; a plain slot while torch.compile traces
+
+
+def build_update(module: ModuleType) -> Callable[..., Any]:
+    """``SignalDistortionRatio.update``: mark the update (when the metric has a deferred-report book)."""
+    recorded = RECORD.deferred
+
+    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not recorded(self):
+            return original(self, *args, **kwargs)
+        token = _current.set(self)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _current.reset(token)
+
+    return update
+
+
+def _names(module: ModuleType) -> Dict[str, Any]:
+    import torch
+
+    linalg = torch.linalg
+    ones, int64 = torch.ones, torch.int64
+
+    def solve(a: Any, b: Any) -> Any:
+        """The release's ``torch.linalg.solve(a, b)``; in a marked update, its solver without the check,
+        the failures counted for compute()."""
+        metric = _current.get()
+        if metric is None:
+            return linalg.solve(a, b)
+        result, info = linalg.solve_ex(a, b)
+        if CPU_FAST and info.device.type == "cpu" and not compiling():
+            if bool(info.any()):  # a read costs nothing on the CPU
+                RECORD.add(metric, ones((), dtype=int64))
+            return result
+        RECORD.add(metric, info.any())
+        return result
+
+    return {"_tmpatch_solve": solve}
+
+
+def _edit(call: str) -> Rewrite:
+    return Rewrite((Edit(f"sol = {call}(r, b)", "sol = _tmpatch_solve(r, b)"),), _names)
+
+
+PATCH = Patch(
+    name="sdr_solve",
+    summary="SignalDistortionRatio's torch.linalg.solve reads the solver's error code on each update(); the "
+            "failures are counted on the device and reported at compute()",
+    known=since("1.0.0"),
+    upstream="not fixed upstream (torch.linalg.solve always checks)",
+    changes="a singular system raises torch's LinAlgError at the next compute(), once, the batch in the states "
+            "(upstream: raised in update())",
+    requires=("deferred_reports",),
+    labels=(
+        Label(PATCHED, "SignalDistortionRatio solves with torch.linalg.solve, which reads its error code to raise on "
+              "a singular system; the sdr_solve patch counts it on the device and reports at compute()",
+              function="signal_distortion_ratio", op="aten._linalg_check_errors"),
+    ),
+    targets=(
+        Target(module="torchmetrics.functional.audio.sdr", qualname="signal_distortion_ratio", variants=(
+            Variant(span("1.0.0", "1.2.0"), "c74594abad3b8610", _edit("solve")),
+            Variant(span("1.2.1", "1.9.0"), "171e276254d99c9c", _edit("torch.linalg.solve")),
+        )),
+        Target(module="torchmetrics.audio.sdr", qualname="SignalDistortionRatio.update",
+               variants=(Variant(span("1.0.0", "1.9.0"), "346b759df3d2878c", build_update),)),
+    ),
+)
