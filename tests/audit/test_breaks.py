@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import torch_at_least
+from tests.patches.test_compiled_update import heavy  # COMPILE_RELEASES with torch 2.6+ (CI time)
 from tmpatch.audit import cli
 from tmpatch.audit.breaks import Breaks, describe, graph_breaks
 
@@ -35,6 +36,7 @@ class _Counter(torch.nn.Module):
         return x * 2
 
 
+@pytest.mark.once
 def test_a_data_dependent_branch_is_one_site_with_its_line_and_reason() -> None:
     found = graph_breaks(_branchy, torch.ones(3))
     line = _branchy.__code__.co_firstlineno + 1
@@ -43,18 +45,21 @@ def test_a_data_dependent_branch_is_one_site_with_its_line_and_reason() -> None:
     assert found.cell() == "1"
 
 
+@pytest.mark.once
 def test_traceable_code_has_no_site() -> None:
     found = graph_breaks(_clean, torch.ones(3))
     assert (found.sites, found.outside, found.recompiles, found.error) == ([], 0, 0, "")
     assert found.cell() == "0"
 
 
+@pytest.mark.once
 def test_a_disabled_call_counts_as_outside_the_graph() -> None:
     eager = torch.compiler.disable(lambda x: x + 1)
     found = graph_breaks(lambda x: eager(x) * 2, torch.ones(3))
     assert found.sites == [] and found.outside == 1 and found.cell() == "0+1"
 
 
+@pytest.mark.once
 def test_recompiles_are_counted_and_the_callers_module_is_left_as_it_was() -> None:
     module = _Counter()
     found = graph_breaks(module, torch.ones(3), steps=3)
@@ -62,6 +67,7 @@ def test_recompiles_are_counted_and_the_callers_module_is_left_as_it_was() -> No
     assert module.calls == 0  # every call ran on a copy
 
 
+@pytest.mark.once
 def test_a_crash_is_reported_not_raised() -> None:
     def broken(x: torch.Tensor) -> torch.Tensor:
         raise ValueError("boom")
@@ -71,6 +77,7 @@ def test_a_crash_is_reported_not_raised() -> None:
     assert describe(found, Breaks()) == ["compiled unpatched: crash, ValueError: boom"]
 
 
+@heavy
 def test_the_panel_shows_the_nan_checks_break_gone_when_patched() -> None:
     """MeanMetric's update: the release's ``if nans.any()`` is a break site; patched, none
     (the update count runs outside the graph: ``+1``)."""
@@ -83,6 +90,7 @@ def test_the_panel_shows_the_nan_checks_break_gone_when_patched() -> None:
     assert row.to_dict()["graph_breaks"]["patched"]["sites"] == []
 
 
+@heavy
 def test_no_tmpatch_code_breaks_a_wrapped_aggregations_update() -> None:
     """RunningMean's update runs inside deferred_reports' internal scope: a ContextVar there
     was a graph break in tmpatch's own code."""
@@ -94,6 +102,7 @@ def test_no_tmpatch_code_breaks_a_wrapped_aggregations_update() -> None:
     assert not [site for site in row.breaks["patched"].sites if site.startswith("tmpatch/")], row.breaks
 
 
+@pytest.mark.once
 def test_the_command_line_adds_the_column_and_the_json_its_field(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["--graph-breaks", "--metric", "SumMetric", "--simulated"]) == 0
     text = capsys.readouterr().out
@@ -103,6 +112,7 @@ def test_the_command_line_adds_the_column_and_the_json_its_field(capsys: pytest.
     assert data["rows"][0]["graph_breaks"]["patched"]["outside"] == 1
 
 
+@pytest.mark.once
 def test_graph_breaks_goes_with_the_panel_only(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["--graph-breaks", "--all"]) == 2
     assert "--graph-breaks goes with the panel" in capsys.readouterr().err

@@ -289,3 +289,30 @@ def test_fullgraph_with_the_traced_update_count():
         assert_same_states(run, names)
     finally:
         settings.set_policy("update_count", "outside")
+
+
+def test_metrics_built_dropped_or_updated_eagerly_between_steps_recompile_nothing():
+    """torch.compile guards the length of a dict a traced closure holds: tmpatch's tables of
+    books and of aggregator kinds change whenever a metric is built, collected or updated
+    eagerly, so they must not be reachable that way from a traced update."""
+    import gc
+
+    from torchmetrics.aggregation import MeanMetric, SumMetric
+
+    tmpatch.apply()
+    metric = MeanMetric()
+
+    def step(x: torch.Tensor) -> None:
+        metric.update(x)
+
+    dynamo.reset()
+    compiled = torch.compile(step, backend="eager")
+    compiled(torch.rand(N))
+    with dynamo.config.patch(error_on_recompile=True):
+        for _ in range(3):
+            others = [SumMetric(), MeanMetric()]
+            for other in others:  # eager updates: the kind cache learns their classes
+                other.update(torch.rand(4))
+            del others
+            gc.collect()  # their books go
+            compiled(torch.rand(N))

@@ -46,9 +46,11 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         full, as_tensor, ones_like, enable_grad = torch.full, torch.as_tensor, torch.ones_like, torch.enable_grad
         is_grad_enabled = torch.is_grad_enabled
         _loaded.update(release=release, rank_zero_warn=module.rank_zero_warn)
-        kinds = _classifier(module)
+        cache = _Cache(_classifier(module))  # an object: a dict in a traced closure is a guard on its length
         policy = settings.policy
-        books = deferred._books
+        # not ``deferred._books`` in this closure: torch.compile guards the length of a dict a traced
+        # closure holds, and that one changes whenever any metric is built or collected (a recompile)
+        has_book = deferred.book_of
         strings = ("ignore", "warn", "error", "disable") if release.disable else ("ignore", "warn", "error")
         record = RECORD
 
@@ -71,7 +73,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                 if compiling():  # torch.compile: the book through the metric (no lookup in the table)
                     if record.add(metric, nan.any()):
                         return
-                elif id(metric) in books and record.add(metric, nan.any()):
+                elif has_book(metric) is not None and record.add(metric, nan.any()):
                     return
             if nan.any():  # eager, or a metric built before apply(): a sync, as upstream
                 if strategy == "error":
@@ -134,6 +136,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             if tracing:  # worked out while tracing: a lookup in the cache would be a guard on it
                 kind = _kind(module, {}, cls)
             else:
+                kinds = cache.kinds
                 kind = kinds[cls] if cls in kinds else _kind(module, kinds, cls)
             strategy = metric.nan_strategy
             if kind is None or not (strategy in strings if type(strategy) is str else isinstance(strategy, float)):
@@ -202,6 +205,15 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         return _cast_and_nan_check_input
 
     return build
+
+class _Cache:
+    """Holds the class -> kind cache for the replacement's closure (see ``build``)."""
+
+    __slots__ = ("kinds",)
+
+    def __init__(self, kinds: Dict[type, Optional[str]]) -> None:
+        self.kinds = kinds
+
 
 class _Paired:
     """1.0.0 in compiled code: the NaN mask of MeanMetric's value, for its weight's call."""
