@@ -11,8 +11,9 @@ Repair: the class ``update`` marks the update of a metric with a deferred-report
 solve to :func:`torch.linalg.solve_ex`, the very solver ``torch.linalg.solve`` runs
 before its check (the solution is the same, bit for bit), and counts the singular
 systems on the device; at the next ``compute()`` the release's ``LinAlgError`` (torch's
-message) is raised once. On the CPU the error code is read at once (free there) and only
-a failing update is counted: the report is the same on every device. Outside a marked
+message) is raised once. On the CPU, where the check costs nothing, the release's
+``torch.linalg.solve`` runs and only a failing update is counted (its batch then takes
+``solve_ex``'s solution): the results and the report are the same on every device. Outside a marked
 update (the functional API, metrics built before ``apply()``) the release's
 ``torch.linalg.solve`` runs.
 
@@ -89,11 +90,13 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         metric = _current.get()
         if metric is None:
             return linalg.solve(a, b)
-        result, info = linalg.solve_ex(a, b)
-        if CPU_FAST and info.device.type == "cpu" and not compiling():
-            if bool(info.any()):  # a read costs nothing on the CPU
+        if CPU_FAST and a.device.type == "cpu" and not compiling():
+            try:  # the check costs nothing on the CPU: the release's solve, and a failure counted
+                return linalg.solve(a, b)
+            except linalg.LinAlgError:  # a singular system: what the device path returns, counted
                 RECORD.add(metric, ones((), dtype=int64))
-            return result
+                return linalg.solve_ex(a, b)[0]
+        result, info = linalg.solve_ex(a, b)
         RECORD.add(metric, info.any())
         return result
 
