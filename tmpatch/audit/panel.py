@@ -21,10 +21,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from tmpatch.audit.api import audit
-from tmpatch.audit.breaks import Breaks, graph_breaks
+from tmpatch.audit.breaks import Breaks
 from tmpatch.audit.modes import deterministic, restored_patches  # noqa: F401 - imported from here too
 from tmpatch.audit.report import AuditReport, SyncKind, SyncPoint
 from tmpatch.audit.rows import ROW_NAMES, ROWS, Call, Row, _resolve, training_step_calls  # noqa: F401
+from tmpatch.audit.rows import breaks_of_row, update_all as _update_all
 
 log = logging.getLogger("tmpatch")
 
@@ -204,11 +205,6 @@ class Panel:
 
 # --- running -----------------------------------------------------------------------------------
 
-def _update_all(calls: List[Call]) -> None:
-    for target, args, kwargs in calls:
-        (target.update if isinstance(target, torch.nn.Module) else target)(*args, **kwargs)
-
-
 def _compute_all(metrics: List[Any]) -> List[Any]:
     return [metric.compute() for metric in metrics]
 
@@ -226,21 +222,6 @@ def _audit_row(row: Row, patched: bool, real: Optional[bool], device: str) -> Tu
                 metric.update(*args, **kwargs)
             compute = audit(_compute_all, [metric for metric, _, _ in calls], device=device, real=real)
     return Audited(update, patched), Audited(compute, patched)
-
-
-def _breaks_of_row(row: Row) -> Breaks:
-    """The graph breaks of the row's update (a helper: its call) compiled on the CPU."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            calls = row.build()
-            with deterministic(row.deterministic):
-                if row.helper:
-                    target, args, kwargs = calls[0]
-                    return graph_breaks(target, *args, **kwargs)
-                return graph_breaks(_update_all, calls)
-    except Exception as exc:  # noqa: BLE001 - the row's build; never hides the other rows
-        return Breaks(error=f"{type(exc).__name__}: {exc}")
 
 
 def _available(row: Row) -> Tuple[bool, str]:
@@ -301,5 +282,5 @@ def run_panel(names: Optional[Sequence[str]] = None, real: Optional[bool] = None
                 if compute is not None:
                     result.compute[mode] = compute
                 if breaks:
-                    result.breaks[mode] = _breaks_of_row(row)
+                    result.breaks[mode] = breaks_of_row(row)
     return Panel(torchmetrics.__version__, "real" if _use_real(real) else "simulated", states, results)

@@ -6,10 +6,14 @@ training step, or one torchmetrics helper) and builds it from scratch, with fixe
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
 import torch
+
+from tmpatch.audit.breaks import Breaks, graph_breaks
+from tmpatch.audit.modes import deterministic
 
 # --- rows --------------------------------------------------------------------------------------
 
@@ -207,3 +211,24 @@ ROWS: Tuple[Row, ...] = (
 ROW_NAMES: Tuple[str, ...] = tuple(row.name for row in ROWS)
 
 
+# --- running a row's calls ---------------------------------------------------------------------
+
+def update_all(calls: List[Call]) -> None:
+    """Run each call: a metric's ``update``, or the function itself."""
+    for target, args, kwargs in calls:
+        (target.update if isinstance(target, torch.nn.Module) else target)(*args, **kwargs)
+
+
+def breaks_of_row(row: Row) -> Breaks:
+    """The graph breaks of the row's update (a helper: its call) compiled on the CPU."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            calls = row.build()
+            with deterministic(row.deterministic):
+                if row.helper:
+                    target, args, kwargs = calls[0]
+                    return graph_breaks(target, *args, **kwargs)
+                return graph_breaks(update_all, calls)
+    except Exception as exc:  # noqa: BLE001 - the row's build; never hides the other rows
+        return Breaks(error=f"{type(exc).__name__}: {exc}")
