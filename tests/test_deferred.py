@@ -100,6 +100,28 @@ def _booked(metric):
     return metric
 
 
+# -- marked updates (deferred.marking) -----------------------------------------------------
+def test_a_marker_marks_the_update_of_a_booked_metric_only_and_unmarks_after_an_exception():
+    from tmpatch.deferred.marking import Marker
+
+    seen = []
+    mark = Marker("tmpatch_toy_mark", TOY, make=lambda metric: ("made", metric))
+
+    def release_update(self, x, fail=False):
+        seen.append(mark.get())
+        if fail:
+            raise ValueError("the release raised")
+        return x
+
+    update = mark.build_update(None)
+    plain, booked = Clipped(), _booked(Clipped())
+    assert update(release_update, plain, 1) == 1 and seen == [None]
+    assert update(release_update, booked, 2) == 2 and seen[-1] == ("made", booked)
+    with pytest.raises(ValueError, match="the release raised"):
+        update(release_update, booked, 3, fail=True)
+    assert seen[-1] == ("made", booked) and mark.get() is None
+
+
 # -- books ------------------------------------------------------------------------------
 def test_a_book_is_opened_once_and_goes_with_its_metric():
     metric = Clipped()

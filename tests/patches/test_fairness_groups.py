@@ -186,11 +186,11 @@ def test_the_marked_function_returns_the_releases_tuples_per_slot():
     groups = torch.tensor([3, 1, 3, 1, 8])  # three present groups: slots 0, 1, 2
     want = fn._binary_groups_stat_scores(preds, target, groups, 5, validate_args=False)
     _apply()
-    token = patch._current.set(BinaryGroupStatRates(num_groups=5))
+    token = patch.MARK.slot.set(BinaryGroupStatRates(num_groups=5))
     try:
         got = fn._binary_groups_stat_scores(preds, target, groups, 5, validate_args=False)
     finally:
-        patch._current.reset(token)
+        patch.MARK.slot.reset(token)
     assert len(got) == 5 and len(want) == 3
     for slot in range(5):
         expected = want[slot] if slot < 3 else (torch.tensor(0),) * 4

@@ -92,11 +92,11 @@ def test_the_solve_in_a_marked_update_is_the_releases_bit_for_bit(seed, batch, f
     want = module.signal_distortion_ratio(preds, target, **kwargs)
     _apply()
     patch.CPU_FAST = cpu_fast
-    token = patch._current.set(SignalDistortionRatio())
+    token = patch.MARK.slot.set(SignalDistortionRatio())
     try:
         got = module.signal_distortion_ratio(preds, target, **kwargs)
     finally:
-        patch._current.reset(token)
+        patch.MARK.slot.reset(token)
     assert got.dtype == torch.float64
     assert_bitwise(got, want)
 

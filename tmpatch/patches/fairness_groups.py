@@ -38,8 +38,9 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.compiled import ContextSlot, compiling
+from tmpatch.compiled import compiling
 from tmpatch import deferred
+from tmpatch.deferred.marking import Marker
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
@@ -66,25 +67,9 @@ CPU_FAST = True
 #: rows of groups beyond num_groups, reported at compute
 RECORD = deferred.Record("fairness_groups", _report)
 
-#: the metric whose update is running in this thread / task, if it records
-_current = ContextSlot("tmpatch_fairness")  # a ContextVar; a plain slot while torch.compile traces
-
-
-def build_update(module: ModuleType) -> Callable[..., Any]:
-    """``BinaryGroupStatRates.update`` / ``BinaryFairness.update``: mark the update."""
-    recorded = RECORD.deferred
-    current = _current
-
-    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not recorded(self):
-            return original(self, *args, **kwargs)
-        token = current.set(self)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            current.reset(token)
-
-    return update
+#: the marked update of the metric running in this thread / task (class ``update`` below)
+MARK = Marker("tmpatch_fairness", RECORD)
+build_update = MARK.build_update
 
 
 class GroupStats(Sequence):
@@ -115,7 +100,7 @@ def _helpers(module: ModuleType) -> Dict[str, Any]:
     def group_stats(preds: Any, target: Any, indexes: Any, num_groups: Any) -> Optional[GroupStats]:
         """The per-group ``(tp, fp, tn, fn)`` of a marked update, one per slot
         ``0 .. num_groups - 1``; None (the release's split runs) elsewhere."""
-        metric = _current.get()
+        metric = MARK.get()
         if (metric is None or type(num_groups) is not int or num_groups < 1 or indexes.dim() != 1
                 or indexes.dtype not in integral or not indexes.numel() or preds.dim() != 2
                 or preds.shape != target.shape or preds.shape[0] != indexes.shape[0]):

@@ -37,8 +37,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.compiled import ContextSlot, compiling
+from tmpatch.compiled import compiling
 from tmpatch import deferred
+from tmpatch.deferred.marking import Marker
 from tmpatch.patches._device_tensors import built, swap
 from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
@@ -84,24 +85,9 @@ class _Update:
         self.suspect = False
 
 
-#: the marked update running in this thread / task, if its Dice records
-_current = ContextSlot("tmpatch_legacy_dice")  # a ContextVar; a plain slot while torch.compile traces
-
-
-def build_update(module: ModuleType) -> Callable[..., Any]:
-    """``Dice.update``: mark the update (when the metric has a deferred-report book)."""
-    recorded = RECORDS["target_negative"].deferred
-
-    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not recorded(self):
-            return original(self, *args, **kwargs)
-        token = _current.set(_Update(self))
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            _current.reset(token)
-
-    return update
+#: the marked update of the metric running in this thread / task (class ``update`` below)
+MARK = Marker("tmpatch_legacy_dice", RECORDS["target_negative"], _Update)
+build_update = MARK.build_update
 
 
 def build_to_onehot(module: ModuleType) -> Callable[..., Any]:
@@ -109,7 +95,7 @@ def build_to_onehot(module: ModuleType) -> Callable[..., Any]:
     ``[0, num_classes)`` first."""
 
     def to_onehot(original: Callable, label_tensor: Any, num_classes: Optional[int] = None) -> Any:
-        update = _current.get()
+        update = MARK.get()
         if update is not None and update.suspect and type(num_classes) is int and num_classes > 0:
             label_tensor = label_tensor.clamp(0, num_classes - 1)
         return original(label_tensor, num_classes)
@@ -124,7 +110,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
 
     def check(condition: Any, key: str) -> Any:
         """The release's ``condition``; in a marked update, counted for compute() instead (False)."""
-        update = _current.get()
+        update = MARK.get()
         if update is None:
             return condition
         if CPU_FAST and condition.device.type == "cpu" and not compiling():

@@ -35,8 +35,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple
 
-from tmpatch.compiled import ContextSlot, compiling
+from tmpatch.compiled import compiling
 from tmpatch import deferred
+from tmpatch.deferred.marking import Marker
 from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, since, span
 
 #: on the CPU, read the condition at once (free there) and count failing updates only; the
@@ -64,25 +65,9 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
 #: updates whose target failed the check, reported at compute
 RECORD = deferred.Record("retrieval_check", _report)
 
-#: the metric whose update is running in this thread / task, if it records
-_current = ContextSlot("tmpatch_retrieval")  # a ContextVar; a plain slot while torch.compile traces
-
-
-def build_update(module: ModuleType) -> Callable[..., Any]:
-    """``RetrievalMetric.update`` / ``RetrievalPrecisionRecallCurve.update``: mark the update."""
-    recorded = RECORD.deferred
-    current = _current
-
-    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not recorded(self):
-            return original(self, *args, **kwargs)
-        token = current.set(self)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            current.reset(token)
-
-    return update
+#: the marked update of the metric running in this thread / task (class ``update`` below)
+MARK = Marker("tmpatch_retrieval", RECORD)
+build_update = MARK.build_update
 
 
 def build_check(module: ModuleType) -> Callable[..., Any]:
@@ -103,7 +88,7 @@ def build_check(module: ModuleType) -> Callable[..., Any]:
         return target.min(), target.max()
 
     def check(original: Callable, preds: Any, target: Any, allow_non_binary_target: bool = False) -> Any:
-        metric = _current.get()
+        metric = MARK.get()
         if metric is None or allow_non_binary_target:
             return original(preds, target, allow_non_binary_target)
         out = original(preds, target, True)  # the release's dtype checks and conversions; raises as it does

@@ -30,7 +30,8 @@ from types import ModuleType
 from typing import Any, Callable, Dict, List, Tuple
 
 from tmpatch import deferred
-from tmpatch.compiled import ContextSlot, compiling
+from tmpatch.deferred.marking import Marker
+from tmpatch.compiled import compiling
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 #: on the CPU, read the error code at once (free there) and count failing updates only; the
@@ -58,24 +59,9 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
 #: updates that met a singular system, reported at compute
 RECORD = deferred.Record("sdr_solve", _report)
 
-#: the metric whose update is running in this thread / task, if it records
-_current = ContextSlot("tmpatch_sdr")  # a ContextVar; a plain slot while torch.compile traces
-
-
-def build_update(module: ModuleType) -> Callable[..., Any]:
-    """``SignalDistortionRatio.update``: mark the update (when the metric has a deferred-report book)."""
-    recorded = RECORD.deferred
-
-    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not recorded(self):
-            return original(self, *args, **kwargs)
-        token = _current.set(self)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            _current.reset(token)
-
-    return update
+#: the marked update of the metric running in this thread / task (class ``update`` below)
+MARK = Marker("tmpatch_sdr", RECORD)
+build_update = MARK.build_update
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
@@ -87,7 +73,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
     def solve(a: Any, b: Any) -> Any:
         """The release's ``torch.linalg.solve(a, b)``; in a marked update, its solver without the check,
         the failures counted for compute()."""
-        metric = _current.get()
+        metric = MARK.get()
         if metric is None:
             return linalg.solve(a, b)
         if CPU_FAST and a.device.type == "cpu" and not compiling():

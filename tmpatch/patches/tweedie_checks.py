@@ -29,8 +29,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.compiled import ContextSlot, compiling
+from tmpatch.compiled import compiling
 from tmpatch import deferred
+from tmpatch.deferred.marking import Marker
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 #: on the CPU, read the condition at once (free there) and count failing updates only; the tests
@@ -63,24 +64,9 @@ def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
 
 RECORDS = {key: deferred.Record(f"tweedie_checks:{key}", _reporter(key)) for key in MESSAGES}
 
-#: the metric whose update is running in this thread / task, if it records
-_current = ContextSlot("tmpatch_tweedie")  # a ContextVar; a plain slot while torch.compile traces
-
-
-def build_update(module: ModuleType) -> Callable[..., Any]:
-    """``TweedieDevianceScore.update``: mark the update (when the metric has a deferred-report book)."""
-    recorded = RECORDS["positive"].deferred
-
-    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not recorded(self):
-            return original(self, *args, **kwargs)
-        token = _current.set(self)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            _current.reset(token)
-
-    return update
+#: the marked update of the metric running in this thread / task (class ``update`` below)
+MARK = Marker("tmpatch_tweedie", RECORDS["positive"])
+build_update = MARK.build_update
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
@@ -90,7 +76,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
 
     def check(key: str, first: Any, second: Any = None) -> Any:
         """The release's ``first or second``; in a marked update, counted for compute() instead (False)."""
-        metric = _current.get()
+        metric = MARK.get()
         if metric is None:
             return first if second is None else first or second
         if CPU_FAST and first.device.type == "cpu" and not compiling():
