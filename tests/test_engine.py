@@ -310,3 +310,30 @@ def test_a_mock_of_an_importers_binding_is_left_to_the_mock(toy):
     assert user.target is layer.wrapper and user.target(2) == 5  # what the mock found: ours, active
     engine.remove(key, scope="toypkg")
     assert user.target is original and core.target is original
+
+
+def test_a_gated_replacement_runs_only_while_its_gate_answers(toy):
+    """A replacement with a gate (spec.gated) is not called while the gate's get() answers None."""
+    import toypkg.core as core
+    from tmpatch import engine as engine_module, spec
+    from tmpatch.compiled import ContextSlot
+
+    assert spec.GATE == engine_module.GATE
+    slot, calls = ContextSlot("toy_gate"), []
+
+    @spec.gated(slot)
+    def counted(original, x):
+        calls.append(x)
+        return original(x) + 1
+
+    engine = Engine()
+    engine.install(("toypkg.core", "target"), counted, method=False, scope="toypkg", sweep=False)
+    assert core.target(2) == 4 and calls == []  # the gate answers None: the original, directly
+    token = slot.set("open")
+    try:
+        assert core.target(2) == 5 and calls == [2]
+    finally:
+        slot.reset(token)
+    engine.swap(("toypkg.core", "target"), _add_one)  # no gate: always called
+    assert core.target(2) == 5
+    engine.remove(("toypkg.core", "target"), scope="toypkg")

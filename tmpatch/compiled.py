@@ -100,7 +100,7 @@ class ContextSlot:
         self.traced: Any = None
 
     def get(self) -> Any:
-        if compiling():
+        if _state.is_compiling():  # compiling(), without its call: get() is on hot paths
             return self.traced
         return self._var.get()
 

@@ -5,6 +5,9 @@ qualname) and a replacement, and it
 
 * wraps the original in a plain function (``__wrapped__`` names the original) that
   calls the replacement while the layer is active and the original once it is not;
+  a replacement that carries a gate (attribute ``_tmpatch_gate``: an object whose
+  ``get()`` answers None when the replacement has nothing to do) is called only when
+  the gate answers something, so a pass-through costs no call of its own;
 * puts the wrapper in every place that held the original: the owner's
   attribute, every module that bound the name with ``from ... import``, and
   default arguments of functions in the target's package;
@@ -39,6 +42,9 @@ log = logging.getLogger("tmpatch")
 Key = Tuple[str, str]
 Replacement = Callable[..., Any]
 
+#: the attribute of a replacement that holds its gate (module docstring)
+GATE = "_tmpatch_gate"
+
 
 @dataclass
 class Layer:
@@ -49,6 +55,7 @@ class Layer:
     wrapper: Any = None
     active: bool = False
     replacement: Any = None
+    gate: Any = None  # the replacement's gate (GATE), if it has one
     places: List[Place] = field(default_factory=list)
     residue: str = ""
     #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
@@ -116,7 +123,7 @@ class Engine:
             layer = Layer(key=key, original=current)
             layer.wrapper = self._wrap(layer, replacement, method)
         else:
-            layer.replacement = replacement
+            layer.replacement, layer.gate = replacement, getattr(replacement, GATE, None)
         places: List[Place] = [] if rearm else [Place("attr", owner, attr)]
         if sweep and not method:
             places += [p for p in find_references({id(layer.original): layer.original}, scope, self._index)
@@ -147,7 +154,7 @@ class Engine:
         layer = self._layers.get(key)
         if layer is None:
             raise PatchError(f"{key[0]}.{key[1]} has no tmpatch layer")
-        layer.replacement = replacement
+        layer.replacement, layer.gate = replacement, getattr(replacement, GATE, None)
 
     def lingering(self, key: Key) -> List[str]:
         """After a removal: the places tmpatch's (inactive, pass-through) wrapper is in again,
@@ -172,15 +179,15 @@ class Engine:
         wraps (its ``__code__``), so compiled code ran the original, or failed on its
         ``__defaults__``; and a method's bound wrapper was a graph break."""
         original = layer.original
-        layer.replacement = replacement
+        layer.replacement, layer.gate = replacement, getattr(replacement, GATE, None)
         if method:
             def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-                if layer.active:
+                if layer.active and (layer.gate is None or layer.gate.get() is not None):
                     return layer.replacement(original, self, *args, **kwargs)
                 return original(self, *args, **kwargs)
         else:
             def wrapper(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-                if layer.active:
+                if layer.active and (layer.gate is None or layer.gate.get() is not None):
                     return layer.replacement(original, *args, **kwargs)
                 return original(*args, **kwargs)
         functools.update_wrapper(wrapper, original)  # name, qualname, module, doc, __wrapped__

@@ -22,6 +22,21 @@ from packaging.version import InvalidVersion, Version
 #: where ``original`` is the release's own function, for fall-backs.
 Builder = Callable[[ModuleType], Callable[..., Any]]
 
+#: the attribute the engine reads a replacement's gate from (``tmpatch.engine.GATE``)
+GATE = "_tmpatch_gate"
+
+
+def gated(slot: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a replacement as having nothing to do while ``slot.get()`` answers None (a
+    :class:`tmpatch.compiled.ContextSlot` that a marked update sets): there the release's
+    function is called directly, without the replacement's own call."""
+
+    def mark(replacement: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(replacement, GATE, slot)
+        return replacement
+
+    return mark
+
 
 def span(first: str, last: Optional[str] = None) -> SpecifierSet:
     """The releases ``first`` to ``last`` inclusive (``first`` alone without ``last``)."""

@@ -1,6 +1,9 @@
 """bincount on the CPU: an update whose classes are all valid takes the release's update
 (no recorded update: nothing to save there, and the release counts them exactly); one with
-an invalid class takes the recorded update and is reported at compute(), as on a GPU."""
+an invalid class takes the recorded update and is reported at compute(), as on a GPU.
+Where the release raises on every invalid class (``RELEASE_FIRST``) its update runs first
+and is recorded only when it raises: each release is checked to raise there, before it
+touches a state (test_cpu_fast_invalid.py reruns the invalid-class comparisons)."""
 from __future__ import annotations
 
 import pytest
@@ -80,3 +83,87 @@ def test_an_invalid_class_takes_the_recorded_update_and_is_reported(index, opene
         metric.update(p, t)
     assert len(opened) == 1  # the second update only
     assert cases.outcome(metric).startswith(f"RuntimeError: {cases.MESSAGE}1 value(s)")
+
+
+# -- the ways of a CPU update ---------------------------------------------------------------------
+def _way(metric, preds, target):
+    curve = isinstance(metric, (cls.BinaryPrecisionRecallCurve, cls.MulticlassPrecisionRecallCurve))
+    return metrics.cpu_way(metric, (preds, target), {}, curve)
+
+
+@pytest.mark.parametrize("make, labels, way", [
+    (lambda: cls.MulticlassAccuracy(C, validate_args=False), False, metrics.RELEASE_FIRST),
+    (lambda: cls.MulticlassAccuracy(C, average="micro", validate_args=False), False, metrics.CHECKED),
+    (lambda: cls.MulticlassAccuracy(C, validate_args=False), True, metrics.CHECKED),
+    (lambda: cls.MulticlassAccuracy(C, validate_args=True), False, metrics.CHECKED),
+    (lambda: cls.MulticlassAccuracy(C, top_k=2, validate_args=False), False, metrics.RELEASE),
+    (lambda: cls.MulticlassConfusionMatrix(C, validate_args=False), False, metrics.RELEASE_FIRST),
+    (lambda: cls.MulticlassPrecisionRecallCurve(C, thresholds=5, validate_args=False), False, metrics.RELEASE_FIRST),
+    (lambda: cls.MulticlassPrecisionRecallCurve(C, thresholds=None, validate_args=False), False, metrics.RELEASE),
+    (lambda: cls.BinaryConfusionMatrix(validate_args=False), False, metrics.RELEASE_FIRST),
+    (lambda: cls.BinaryConfusionMatrix(validate_args=False), True, metrics.CHECKED),
+    (lambda: cls.BinaryAUROC(thresholds=10, validate_args=False), False, metrics.RELEASE_FIRST),
+    (lambda: cls.MultilabelConfusionMatrix(3, validate_args=False), False, metrics.CHECKED),
+])
+def test_each_path_takes_its_way(make, labels, way):
+    metric = make()
+    n = 16
+    if isinstance(metric, (cls.MultilabelConfusionMatrix,)):
+        preds, target = torch.rand(n, 3), torch.randint(0, 2, (n, 3))
+    elif "num_classes" in metric.__dict__:
+        preds = torch.randint(0, C, (n,)) if labels else torch.rand(n, C)
+        target = torch.randint(0, C, (n,))
+    else:
+        preds = torch.randint(0, 2, (n,)) if labels else torch.rand(n)
+        target = torch.randint(0, 2, (n,))
+    assert _way(metric, preds, target) == way
+
+
+def test_deterministic_mode_reads_the_classes_first():
+    """There the release's _bincount counts with a mesh (or a loop) that drops codes out of range."""
+    metric = cls.MulticlassConfusionMatrix(C, validate_args=False)
+    preds, target = torch.rand(8, C), torch.randint(0, C, (8,))
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert _way(metric, preds, target) == metrics.CHECKED
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert _way(metric, preds, target) == metrics.RELEASE_FIRST
+
+
+@pytest.mark.parametrize("bad", [-1, -7, C, C + 1, 10**6])
+@pytest.mark.parametrize("make", [
+    lambda ii: cls.MulticlassAccuracy(C, average="none", ignore_index=ii, validate_args=False),
+    lambda ii: cls.MulticlassConfusionMatrix(C, ignore_index=ii, validate_args=False),
+    lambda ii: cls.MulticlassPrecisionRecallCurve(C, thresholds=4, ignore_index=ii, validate_args=False),
+])
+def test_the_release_raises_on_every_invalid_multiclass_target_without_touching_a_state(make, bad):
+    """What RELEASE_FIRST stands on, checked against each release: the unpatched update raises
+    and leaves the states as they were."""
+    cases.unpatched()
+    metric = make(None)
+    preds, target = torch.rand(6, C), torch.tensor([0, 1, 2, 3, 1, 0])
+    metric.update(preds, target)
+    before = [s.clone() for s in cases.states(metric)]
+    target[2] = bad
+    with pytest.raises(RuntimeError):
+        metric.update(preds, target)
+    assert all(torch.equal(a, b) for a, b in zip(cases.states(metric), before))
+
+
+@pytest.mark.parametrize("bad", [-1, -3, 2, 3, 10**6])
+@pytest.mark.parametrize("make", [
+    lambda: cls.BinaryConfusionMatrix(validate_args=False),
+    lambda: cls.BinaryPrecisionRecallCurve(thresholds=5, validate_args=False),
+    lambda: cls.BinaryAUROC(thresholds=torch.tensor([-float("inf"), 0.5, float("inf")]), validate_args=False),
+])
+def test_the_release_raises_on_every_invalid_binary_target_without_touching_a_state(make, bad):
+    cases.unpatched()
+    metric = make()
+    preds, target = torch.rand(6), torch.tensor([0, 1, 1, 0, 1, 0])
+    metric.update(preds, target)
+    before = [s.clone() for s in cases.states(metric)]
+    target[5] = bad
+    with pytest.raises(RuntimeError):
+        metric.update(preds, target)
+    assert all(torch.equal(a, b) for a, b in zip(cases.states(metric), before))

@@ -12,6 +12,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from tmpatch import deferred, settings
 from tmpatch.compiled import ContextSlot, compiling
+from tmpatch.spec import gated
 
 MESSAGE = (
     "tmpatch bincount: {count} value(s) seen by update() since the last compute() of {name} were not valid "
@@ -78,6 +79,7 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
     zeros, where, int64, bincount = torch.zeros, torch.where, torch.int64, torch.bincount
     integral = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 
+    @gated(current)
     def _bincount(original: Callable, x: Any, minlength: Optional[int] = None) -> Any:
         update = recorded()
         if (update is None or type(minlength) is not int or minlength <= 0 or x.dtype not in integral

@@ -6,34 +6,59 @@ Accuracy, F1, CohenKappa, JaccardIndex, AUROC, AveragePrecision, ROC, ...) opens
 :class:`counting.Update` for the release's code it runs, when the metric has a book
 (built while ``deferred_reports`` is applied) and ``TMPATCH_BINCOUNT`` is ``deferred``.
 Unbinned curves keep the release's update: their states hold the kept values
-themselves, so the removal of ignored positions is inherent there. On the CPU, an
-update whose classes are all valid takes the release's update (``CPU_FAST``): the
-read that tells costs nothing there, the release counts valid classes exactly as the
-recorded update does, and neither reports anything; any other update is recorded, as
-on a GPU.
+themselves, so the removal of ignored positions is inherent there.
+
+On the CPU (``CPU_FAST``) an update is not recorded where the release's own update
+gives the same states and the same report; :func:`cpu_way` tells which of three ways:
+
+* ``RELEASE``: the release's update counts nothing differently (stat scores with
+  ``top_k > 1`` or ``"samplewise"``, an unbinned curve);
+* ``RELEASE_FIRST``: every invalid class makes the release's update raise before it
+  touches a state (``torch.bincount`` of a negative code, the ``reshape`` of a count
+  longer than its bins, ``one_hot``): score predictions, an integer target,
+  ``validate_args=False``, the vectorised curve sizes, not in deterministic mode (where ``_bincount`` counts with
+  a mesh that drops codes out of range). The release's update runs; only when it raises
+  is the update recorded and run again (an error of another kind is raised again there);
+* ``CHECKED``: label predictions, micro averages, multilabel codes (where an invalid
+  class can land in another cell without an error): the classes are read (free on the
+  CPU), and the release's update runs when they are all valid.
+
+Anything else is recorded, as on a GPU. The states and reports are the same either way.
 """
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 from typing import Any, Callable
 
 from tmpatch.compiled import compiling
 from tmpatch.patches.bincount.counting import RECORD, Update, active, current
 
-#: torch.Tensor, torch.aminmax and torch.bool, bound when a replacement is built (no torch import here)
+#: torch.Tensor, torch.aminmax, the integer dtypes (bool not among them) and torch's
+#: deterministic-mode query, bound when a replacement is built (no torch import here)
 Tensor: Any = None
 _AMINMAX: Any = None
-_BOOL: Any = None
+_INTEGRAL: Any = frozenset()
+_DETERMINISTIC: Any = None
+#: False where the release's _bincount counts with a loop or a mesh on the CPU too
+#: (torch_xla installed: ``_XLA_AVAILABLE``), which drops codes out of range without an error
+_FIRST = False
 
-#: on the CPU, inputs whose classes are all valid take the release's update (reading them
-#: costs nothing there; the release counts them exactly as the recorded update does, and
-#: neither reports anything); the tests of the recorded update turn it off
+#: on the CPU, take the release's update where it gives the same states and report (module
+#: docstring); the tests of the recorded update turn it off
 CPU_FAST = True
+
+#: the ways of a CPU update (:func:`cpu_way`); 0 (falsy): recorded
+RECORDED, RELEASE, RELEASE_FIRST, CHECKED = 0, 1, 2, 3
+
+#: the release's vectorised binned curves: binary up to 50,000 scores, multiclass up to
+#: 1,000,000 scores x classes (every release 1.0.0-1.9.0; above, a loop counts without bincount)
+BINARY_CURVE_CUT, MULTICLASS_CURVE_CUT = 50_000, 1_000_000
 
 
 def _classes_valid(values: Any, low: int, high: int, ignore: Any) -> bool:
     """Every value in ``[low, high)``, or equal to ``ignore`` (an int, or None)."""
-    if values.is_floating_point() or values.dtype.is_complex or values.dtype is _BOOL or not values.numel():
+    if values.dtype not in _INTEGRAL or not values.numel():  # not bool, float or complex
         return False
     least, most = _AMINMAX(values)
     if least.item() >= low and most.item() < high:
@@ -44,52 +69,76 @@ def _classes_valid(values: Any, low: int, high: int, ignore: Any) -> bool:
     return least.item() >= low and most.item() < high
 
 
-def _valid_on_cpu(metric: Any, args: tuple, kwargs: dict) -> bool:
-    """Whether ``update(preds, target)`` of ``metric`` has CPU tensors whose classes are all
-    valid: target a class (multiclass: ``[0, num_classes)``; binary and multilabel: 0 or 1)
-    or ``ignore_index``, label ``preds`` a class, score ``preds`` of the expected shape."""
+def cpu_way(metric: Any, args: tuple, kwargs: dict, curve: bool) -> int:
+    """How ``update(preds, target)`` of ``metric`` may run on the CPU (module docstring);
+    ``curve``: a precision-recall curve's update."""
     if len(args) != 2 or kwargs:
-        return False
+        return RECORDED
     preds, target = args
     if (type(preds) is not Tensor or type(target) is not Tensor or not preds.is_cpu
             or not target.is_cpu or preds.requires_grad):
-        return False
-    # read from the instance (torchmetrics sets both there): a missing attribute on an nn.Module
-    # costs an exception; one not found here only makes the test stricter (binary's classes, no
-    # ignored value), never looser
+        return RECORDED
+    # read from the instance (torchmetrics sets them there): a missing attribute on an nn.Module
+    # costs an exception; one not found here only makes the way stricter, never looser
     attributes = metric.__dict__
+    if curve and "thresholds" in attributes and attributes["thresholds"] is None:
+        return RELEASE  # unbinned (binned thresholds are a buffer, not in __dict__): never recorded
     ignore = attributes.get("ignore_index")
     if ignore is not None and type(ignore) is not int:
-        return False
+        return RECORDED
     classes = attributes.get("num_classes")
+    scores = preds.is_floating_point()
+    first = (_FIRST and target.dtype in _INTEGRAL and attributes.get("validate_args") is False
+             and not _DETERMINISTIC())
     if classes is not None:  # multiclass
         if type(classes) is not int or classes < 1:
-            return False
-        if preds.is_floating_point():
-            if preds.dim() != target.dim() + 1 or preds.shape[1] != classes:
-                return False
-        elif preds.shape != target.shape or not _classes_valid(preds, 0, classes, None):
-            return False
-        return _classes_valid(target, 0, classes, ignore)
+            return RECORDED
+        top_k = attributes.get("top_k")  # stat scores only
+        if top_k is not None and (top_k != 1 or attributes.get("multidim_average") != "global"):
+            return RELEASE  # the one-hot branches: neither removal nor _bincount
+        if scores:
+            if preds.dim() != target.dim() + 1 or preds.dim() < 2 or preds.shape[1] != classes:
+                return RECORDED
+            if first and attributes.get("average") != "micro" and (
+                    not curve or preds.numel() * classes <= MULTICLASS_CURVE_CUT):
+                return RELEASE_FIRST
+        elif curve or preds.shape != target.shape or not _classes_valid(preds, 0, classes, None):
+            return RECORDED
+        return CHECKED if _classes_valid(target, 0, classes, ignore) else RECORDED
     if preds.shape != target.shape:  # binary and multilabel
-        return False
-    if not preds.is_floating_point() and not _classes_valid(preds, 0, 2, None):
-        return False
-    return _classes_valid(target, 0, 2, ignore)
+        return RECORDED
+    if first and "num_labels" not in attributes and (
+            (curve and preds.numel() <= BINARY_CURVE_CUT) or (scores and not curve)):
+        return RELEASE_FIRST
+    if not scores and not _classes_valid(preds, 0, 2, None):
+        return RECORDED
+    return CHECKED if _classes_valid(target, 0, 2, ignore) else RECORDED
 
 
-def _builder(binned_only: bool) -> Callable[[ModuleType], Callable[..., Any]]:
+def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
     def build(module: ModuleType) -> Callable[..., Any]:
-        global Tensor, _AMINMAX, _BOOL
+        global Tensor, _AMINMAX, _INTEGRAL, _DETERMINISTIC, _FIRST
         import torch
 
-        Tensor, _AMINMAX, _BOOL = torch.Tensor, torch.aminmax, torch.bool
+        Tensor, _AMINMAX = torch.Tensor, torch.aminmax
+        _INTEGRAL = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+        _DETERMINISTIC = torch.are_deterministic_algorithms_enabled
+        _FIRST = not getattr(sys.modules.get("torchmetrics.utilities.data"), "_XLA_AVAILABLE", True)
         recorded = RECORD.deferred
 
         def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-            if CPU_FAST and not compiling() and _valid_on_cpu(self, args, kwargs):
-                return original(self, *args, **kwargs)  # first: the common CPU case asks nothing else
-            if not active() or not recorded(self) or (binned_only and getattr(self, "thresholds", None) is None):
+            if CPU_FAST and not compiling():
+                way = cpu_way(self, args, kwargs, curve)
+                if way == RELEASE_FIRST:
+                    try:
+                        return original(self, *args, **kwargs)
+                    except RuntimeError:
+                        if not active() or not recorded(self):
+                            raise
+                    # an invalid class (recorded below), or another error (raised again there)
+                elif way:
+                    return original(self, *args, **kwargs)
+            if not active() or not recorded(self) or (curve and getattr(self, "thresholds", None) is None):
                 return original(self, *args, **kwargs)
             token = current.set(Update(self))
             try:
@@ -103,6 +152,6 @@ def _builder(binned_only: bool) -> Callable[[ModuleType], Callable[..., Any]]:
 
 
 #: stat scores and confusion matrices
-build_update = _builder(binned_only=False)
+build_update = _builder(curve=False)
 #: precision-recall curves: binned ones only
-build_curve_update = _builder(binned_only=True)
+build_curve_update = _builder(curve=True)

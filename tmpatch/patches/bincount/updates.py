@@ -25,8 +25,8 @@ import math
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tmpatch.patches.bincount.counting import Update, recorded
-from tmpatch.spec import Edit, Rewrite
+from tmpatch.patches.bincount.counting import Update, current, recorded
+from tmpatch.spec import Edit, Rewrite, gated
 
 
 def _left_out(update: Update, valid: Any) -> Any:
@@ -55,6 +55,7 @@ def build_stat_scores_update(module: ModuleType) -> Callable[..., Any]:
 
     where = torch.where
 
+    @gated(current)
     def _multiclass_stat_scores_update(
         original: Callable, preds: Any, target: Any, num_classes: int, top_k: int = 1,
         average: Optional[str] = "macro", multidim_average: str = "global", ignore_index: Optional[int] = None,
@@ -83,6 +84,7 @@ def build_binary_confusion_update(module: ModuleType) -> Callable[..., Any]:
 
     where = torch.where
 
+    @gated(current)
     def _binary_confusion_matrix_update(original: Callable, preds: Any, target: Any) -> Any:
         update = recorded()
         if update is None:
@@ -101,6 +103,7 @@ def build_multiclass_confusion_update(module: ModuleType) -> Callable[..., Any]:
 
     where = torch.where
 
+    @gated(current)
     def _multiclass_confusion_matrix_update(original: Callable, preds: Any, target: Any, num_classes: int) -> Any:
         update = recorded()
         if update is None or type(num_classes) is not int or preds.shape != target.shape:
@@ -120,6 +123,7 @@ def build_binary_curve_update(module: ModuleType) -> Callable[..., Any]:
 
     where = torch.where
 
+    @gated(current)
     def _binary_precision_recall_curve_update(original: Callable, preds: Any, target: Any, thresholds: Any) -> Any:
         update = recorded()
         if update is None or thresholds is None:
@@ -169,11 +173,13 @@ def _multiclass_curve(average: bool) -> Callable[[ModuleType], Callable[..., Any
             return state
 
         if average:
+            @gated(current)
             def _multiclass_precision_recall_curve_update(original: Callable, preds: Any, target: Any,
                                                           num_classes: int, thresholds: Any,
                                                           average: Optional[str] = None) -> Any:
                 return run(original, preds, target, num_classes, thresholds, (average,))
         else:
+            @gated(current)
             def _multiclass_precision_recall_curve_update(original: Callable, preds: Any, target: Any,
                                                           num_classes: int, thresholds: Any) -> Any:
                 return run(original, preds, target, num_classes, thresholds, ())
