@@ -51,6 +51,7 @@ def test_after_them_all():
 '''
 
 
+@pytest.mark.once  # the fixture's handling of a misuse; each release's sync-free updates are the patch tests'
 def test_misuse_fails_one_test_with_a_hint_and_never_aborts(pytester, pytestconfig):
     pytester.makepyfile(test_inner=BODY)
     plugin = [] if pytestconfig.pluginmanager.has_plugin("tmpatch") else ["-p", "tmpatch.pytest_plugin"]
