@@ -41,7 +41,7 @@ from tmpatch.compiled import compiling
 from tmpatch import deferred
 from tmpatch.deferred.marking import Marker
 from tmpatch.patches._device_tensors import built, swap
-from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
 
 #: on the CPU, read a condition at once (free there) and count failing updates only; the tests
 #: turn it off to run the device path
@@ -94,6 +94,7 @@ def build_to_onehot(module: ModuleType) -> Callable[..., Any]:
     """``to_onehot``: in a marked update where a check may have failed, labels clamped into
     ``[0, num_classes)`` first."""
 
+    @gated(MARK.slot)
     def to_onehot(original: Callable, label_tensor: Any, num_classes: Optional[int] = None) -> Any:
         update = MARK.get()
         if update is not None and update.suspect and type(num_classes) is int and num_classes > 0:

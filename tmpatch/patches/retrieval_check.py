@@ -38,7 +38,7 @@ from typing import Any, Callable, List, Optional, Tuple
 from tmpatch.compiled import compiling
 from tmpatch import deferred
 from tmpatch.deferred.marking import Marker
-from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, since, span
+from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, gated, since, span
 
 #: on the CPU, read the condition at once (free there) and count failing updates only; the
 #: tests turn it off to run the device path
@@ -87,6 +87,7 @@ def build_check(module: ModuleType) -> Callable[..., Any]:
                 pass
         return target.min(), target.max()
 
+    @gated(MARK.slot)
     def check(original: Callable, preds: Any, target: Any, allow_non_binary_target: bool = False) -> Any:
         metric = MARK.get()
         if metric is None or allow_non_binary_target:
