@@ -131,6 +131,17 @@ def test_deterministic_mode_reads_the_classes_first():
     assert _way(metric, preds, target) == metrics.RELEASE_FIRST
 
 
+def _raises_and_keeps_the_states(metric, preds, target, at, bad):
+    """The unpatched ``metric``, updated once with ``target``, then again with ``target[at] = bad``:
+    the second update raises and leaves the states as they were."""
+    metric.update(preds, target)
+    before = [s.clone() for s in cases.states(metric)]
+    target[at] = bad
+    with pytest.raises(RuntimeError):
+        metric.update(preds, target)
+    assert all(torch.equal(a, b) for a, b in zip(cases.states(metric), before))
+
+
 @pytest.mark.parametrize("bad", [-1, -7, C, C + 1, 10**6])
 @pytest.mark.parametrize("make", [
     lambda ii: cls.MulticlassAccuracy(C, average="none", ignore_index=ii, validate_args=False),
@@ -141,14 +152,7 @@ def test_the_release_raises_on_every_invalid_multiclass_target_without_touching_
     """What RELEASE_FIRST stands on, checked against each release: the unpatched update raises
     and leaves the states as they were."""
     cases.unpatched()
-    metric = make(None)
-    preds, target = torch.rand(6, C), torch.tensor([0, 1, 2, 3, 1, 0])
-    metric.update(preds, target)
-    before = [s.clone() for s in cases.states(metric)]
-    target[2] = bad
-    with pytest.raises(RuntimeError):
-        metric.update(preds, target)
-    assert all(torch.equal(a, b) for a, b in zip(cases.states(metric), before))
+    _raises_and_keeps_the_states(make(None), torch.rand(6, C), torch.tensor([0, 1, 2, 3, 1, 0]), 2, bad)
 
 
 @pytest.mark.parametrize("bad", [-1, -3, 2, 3, 10**6])
@@ -159,11 +163,4 @@ def test_the_release_raises_on_every_invalid_multiclass_target_without_touching_
 ])
 def test_the_release_raises_on_every_invalid_binary_target_without_touching_a_state(make, bad):
     cases.unpatched()
-    metric = make()
-    preds, target = torch.rand(6), torch.tensor([0, 1, 1, 0, 1, 0])
-    metric.update(preds, target)
-    before = [s.clone() for s in cases.states(metric)]
-    target[5] = bad
-    with pytest.raises(RuntimeError):
-        metric.update(preds, target)
-    assert all(torch.equal(a, b) for a, b in zip(cases.states(metric), before))
+    _raises_and_keeps_the_states(make(), torch.rand(6), torch.tensor([0, 1, 1, 0, 1, 0]), 5, bad)
