@@ -61,6 +61,10 @@ class Layer:
     #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
     watch: List[Place] = field(default_factory=list)
 
+    def give(self, replacement: Replacement) -> None:
+        """Make ``replacement`` the one the wrapper calls, with its gate (``GATE``), if any."""
+        self.replacement, self.gate = replacement, getattr(replacement, GATE, None)
+
 
 class Engine:
     """Installs and removes layers; owns the post-import hooks. Use ``lock``."""
@@ -123,7 +127,7 @@ class Engine:
             layer = Layer(key=key, original=current)
             layer.wrapper = self._wrap(layer, replacement, method)
         else:
-            layer.replacement, layer.gate = replacement, getattr(replacement, GATE, None)
+            layer.give(replacement)
         places: List[Place] = [] if rearm else [Place("attr", owner, attr)]
         if sweep and not method:
             places += [p for p in find_references({id(layer.original): layer.original}, scope, self._index)
@@ -154,7 +158,7 @@ class Engine:
         layer = self._layers.get(key)
         if layer is None:
             raise PatchError(f"{key[0]}.{key[1]} has no tmpatch layer")
-        layer.replacement, layer.gate = replacement, getattr(replacement, GATE, None)
+        layer.give(replacement)
 
     def lingering(self, key: Key) -> List[str]:
         """After a removal: the places tmpatch's (inactive, pass-through) wrapper is in again,
@@ -179,7 +183,7 @@ class Engine:
         wraps (its ``__code__``), so compiled code ran the original, or failed on its
         ``__defaults__``; and a method's bound wrapper was a graph break."""
         original = layer.original
-        layer.replacement, layer.gate = replacement, getattr(replacement, GATE, None)
+        layer.give(replacement)
         if method:
             def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
                 if layer.active and (layer.gate is None or layer.gate.get() is not None):
