@@ -60,6 +60,15 @@ def test_select_keeps_the_catalogue_order():
     assert selection.select(None, None) == (list(NAMES), [])
 
 
+def test_select_takes_what_the_required_patches_require():
+    """panoptic_matching requires panoptic_preprocess, which requires deferred_reports: all three are
+    selected, unless one is excluded (then what only it requires is not taken either)."""
+    selected, _ = selection.select(["panoptic_matching"], None)
+    assert selected == [n for n in NAMES if n in ("deferred_reports", "panoptic_preprocess", "panoptic_matching")]
+    selected, _ = selection.select(["panoptic_matching"], ["panoptic_preprocess"])
+    assert selected == ["panoptic_matching"]
+
+
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"patches": 42}, TypeError, "tmpatch.apply(patches=...) must be a patch name (str), a list of names or None; "
                                  "got int 42"),

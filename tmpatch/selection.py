@@ -82,12 +82,18 @@ def select(patches: Any, exclude: Any, where: str = "tmpatch.apply",
            valid: Optional[Sequence[str]] = None) -> Tuple[List[str], List[str]]:
     """``(selected, left out)``, both in the catalogue's order: ``patches``
     (all when ``None``) less ``exclude``, with the patches they require
-    (``Patch.requires``) unless those are excluded. Both are checked first."""
+    (``Patch.requires``, and what those require) unless those are excluded. Both are checked first."""
     valid = tuple(valid) if valid is not None else valid_names()
     chosen = names(patches, f"{where}(patches=...)", valid)
     left_out = names(exclude, f"{where}(exclude=...)", valid) or ()
     picked = {name for name in valid if (chosen is None or name in chosen) and name not in left_out}
-    needed = {need for name in picked for need in _requires(name)}
+    needed: set = set()
+    todo = list(picked)
+    while todo:
+        for need in _requires(todo.pop()):
+            if need not in needed and need not in picked and need not in left_out:
+                needed.add(need)
+                todo.append(need)
     selected = [name for name in valid if name in picked or (name in needed and name not in left_out)]
     return selected, [name for name in valid if name not in selected]
 

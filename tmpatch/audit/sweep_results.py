@@ -24,8 +24,6 @@ MODES = ("unpatched", "patched")
 
 #: causes of syncs no patch is about, seen in the sweep (after the panel's labels; first match wins)
 SWEEP_LABELS: Tuple[Label, ...] = (
-    Label(NOT_COVERED, "panoptic quality's segment matching (issue 14, source 8): not covered yet",
-          file="functional/detection/_panoptic_quality_common.py"),
     Label(NOT_COVERED, "ranking average precision loops over samples with boolean masks (issue 14, source 8): "
           "not covered yet", function="_multilabel_ranking_average_precision_update|_rank_data"),
     Label(NOT_COVERED, "Hausdorff distance's edge and distance helpers (issue 14, source 8): not covered yet",

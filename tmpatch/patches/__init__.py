@@ -40,6 +40,7 @@ NAMES = (
     "image_constants",
     "wrapper_indices",
     "panoptic_preprocess",
+    "panoptic_matching",
     "pearson_update",
     "segmentation_format",
     "legacy_dice_checks",

@@ -78,6 +78,10 @@ RECORD = deferred.Record("panoptic_preprocess", _report)
 #: the metric whose preds are being preprocessed in this thread / task, if it records
 _current = ContextSlot("tmpatch_panoptic")  # a ContextVar; a plain slot while torch.compile traces
 
+#: the metric whose class update runs the segment matching on the inputs it preprocessed (every
+#: category known or void, every stuff's instance 0); read by panoptic_matching
+MATCHING = ContextSlot("tmpatch_panoptic_matching")
+
 
 @contextlib.contextmanager
 def _checking(metric: Any) -> Iterator[None]:
@@ -156,8 +160,19 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         void = device_tensor(list(void_color), dtype=out.dtype, device=out.device)
         return where(unknown_mask.unsqueeze(-1), void, out)
 
+    def matching(metric: Any, update: Any) -> Any:
+        """``update`` (the release's ``_panoptic_quality_update``), called with ``metric``'s update marked."""
+        def call(*args: Any, **kwargs: Any) -> Any:
+            token = MATCHING.set(metric)
+            try:
+                return update(*args, **kwargs)
+            finally:
+                MATCHING.reset(token)
+
+        return call
+
     return {"_tmpatch_isin": isin, "_tmpatch_unknown": unknown, "_tmpatch_void_filled": void_filled,
-            "_tmpatch_checking": _checking}
+            "_tmpatch_checking": _checking, "_tmpatch_matching": matching}
 
 
 _ISIN = "return (arr[..., None] == arr.new(values)).any(-1)"
@@ -176,7 +191,20 @@ PREPROCESS = Rewrite((
 
 _PREDS = ("flatten_preds = _prepocess_inputs(\n"
           "    self.things, self.stuffs, preds, self.void_color, self.allow_unknown_preds_category\n)")
-UPDATE = Rewrite((Edit(_PREDS, f"with _tmpatch_checking(self):\n{textwrap.indent(_PREDS, '    ')}"),), _names)
+_MATCH = ("iou_sum, true_positives, false_positives, false_negatives = _panoptic_quality_update(\n"
+          "    flatten_preds, flatten_target, self.cat_id_to_continuous_id, self.void_color{}\n)")
+
+
+def _update(modified: str) -> Rewrite:
+    """The class update's edits: its preds' preprocessing checked, its segment matching marked."""
+    match = _MATCH.format(modified)
+    return Rewrite((Edit(_PREDS, f"with _tmpatch_checking(self):\n{textwrap.indent(_PREDS, '    ')}"),
+                    Edit(match, match.replace("= _panoptic_quality_update(",
+                                              "= _tmpatch_matching(self, _panoptic_quality_update)("))), _names)
+
+
+UPDATE = _update("")
+MODIFIED_UPDATE = _update(", modified_metric_stuffs=self.stuffs")
 
 _COMMON = "torchmetrics.functional.detection._panoptic_quality_common"
 _CLASSES = "torchmetrics.detection.panoptic_qualities"
@@ -210,6 +238,6 @@ PATCH = Patch(
         Target(module=_CLASSES, qualname="PanopticQuality.update",
                variants=(Variant(span("1.0.0", "1.9.0"), "12de836dc8b28080", UPDATE),)),
         Target(module=_CLASSES, qualname="ModifiedPanopticQuality.update",
-               variants=(Variant(span("1.0.0", "1.9.0"), "746fffe2eb104a0b", UPDATE),)),
+               variants=(Variant(span("1.0.0", "1.9.0"), "746fffe2eb104a0b", MODIFIED_UPDATE),)),
     ),
 )
