@@ -20,12 +20,6 @@ MATCHING = {"_panoptic_quality_update_sample", "_get_color_areas", "_to_tuple", 
 STATES = ("iou_sum", "true_positives", "false_positives", "false_negatives")
 
 
-@pytest.fixture(autouse=True)
-def _device_path():
-    yield
-    patch.CPU_FAST = True
-
-
 def _apply() -> None:
     rows = {r.name: r for r in tmpatch.apply(["panoptic_matching"])}
     assert rows["panoptic_matching"].state == "applied", rows["panoptic_matching"]
@@ -109,11 +103,10 @@ def _run(case, kind, forward):
 @settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(_cases(), st.sampled_from(sorted(CLASSES)), st.booleans()), min_size=1, max_size=3))
 def test_states_and_results_equal_the_releases(cases):
-    """On the device path (run on the CPU): integer dtypes, void and unknown categories, 1 to 3 samples."""
+    """On the CPU (the device path runs there too): integer dtypes, void and unknown categories, 1 to 3 samples."""
     tmpatch.revert()
     expected = [_run(case, kind, forward) for case, kind, forward in cases]
     _apply()
-    patch.CPU_FAST = False
     for (case, kind, forward), want in zip(cases, expected):
         got = _run(case, kind, forward)
         assert len(got) == len(want)
@@ -136,7 +129,6 @@ def test_many_matches_sum_as_the_release(kind, monkeypatch):
     want.update(preds, target)
     want.update(target, preds)
     _apply()
-    patch.CPU_FAST = False
     watch = _Watch(monkeypatch)
     got = CLASSES[kind](things=things, stuffs=stuffs, allow_unknown_preds_category=True)
     got.update(preds, target)
@@ -150,8 +142,8 @@ def test_many_matches_sum_as_the_release(kind, monkeypatch):
 
 # -- where the release's function runs -----------------------------------------------------------------
 def test_the_release_runs_outside_its_conditions(monkeypatch):
-    """The functional API, the CPU, float colours, a float64 default dtype and deterministic mode take the
-    release's matching (the same results); a marked integer update on the device path does not."""
+    """The functional API, float colours, a float64 default dtype and deterministic mode take the
+    release's matching (the same results); a marked integer update, on the CPU too, does not."""
     things, stuffs = {0, 1}, {2}
     preds, target = _image([0, 1, 2], seed=3), _image([0, 1, 2], seed=4)
     _apply()
@@ -162,8 +154,6 @@ def test_the_release_runs_outside_its_conditions(monkeypatch):
         fn()
         return watch.calls - before
 
-    assert calls(lambda: PanopticQuality(things=things, stuffs=stuffs).update(preds, target)) > 0  # CPU_FAST
-    patch.CPU_FAST = False
     assert calls(lambda: PanopticQuality(things=things, stuffs=stuffs).update(preds, target)) == 0
     assert calls(lambda: panoptic_quality(preds, target, things=things, stuffs=stuffs)) > 0
     assert calls(lambda: PanopticQuality(things=things, stuffs=stuffs).update(preds.float(), target.float())) > 0
@@ -192,9 +182,9 @@ def test_a_failing_update_leaves_no_mark(monkeypatch):
         seen.append(MATCHING.get())
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(COMMON, "_get_color_areas", failing)  # the release's matching runs on the CPU
+    monkeypatch.setattr(COMMON, "_get_color_areas", failing)  # the release's matching runs for float colours
     metric = PanopticQuality(things={0, 1}, stuffs={2})
     with pytest.raises(RuntimeError, match="boom"):
-        metric.update(_image([0, 1, 2]), _image([0, 1, 2], seed=1))
+        metric.update(_image([0, 1, 2]).float(), _image([0, 1, 2], seed=1).float())
     assert seen == [metric]
     assert MATCHING.get() is None
