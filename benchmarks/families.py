@@ -33,6 +33,7 @@ def _cases() -> List[overhead.Case]:
     import torch
     from torchmetrics.audio import SignalDistortionRatio
     from torchmetrics.classification import BinaryFairness, BinaryGroupStatRates
+    from torchmetrics.detection import PanopticQuality
     from torchmetrics.nominal import CramersV
     from torchmetrics.retrieval import RetrievalMAP, RetrievalPrecision
 
@@ -43,6 +44,8 @@ def _cases() -> List[overhead.Case]:
     first, second = torch.randint(0, 5, (n,), generator=g), torch.randint(0, 5, (n,), generator=g)
     groups = torch.randint(0, 4, (n,), generator=g)
     speech, estimate = torch.randn(4, 1024, generator=g), torch.randn(4, 1024, generator=g)
+    colors = torch.stack([torch.randint(0, 4, (2, 16, 16), generator=g),
+                          torch.randint(0, 3, (2, 16, 16), generator=g)], -1)
 
     def update(build, *args, **kwargs) -> overhead.Callable[[], overhead.Call]:
         def factory() -> overhead.Call:
@@ -52,7 +55,7 @@ def _cases() -> List[overhead.Case]:
 
         return factory
 
-    return [
+    cases = [
         ("RetrievalMAP.update", ("retrieval_check",), update(RetrievalMAP, scores, relevant, indexes=queries)),
         ("RetrievalPrecision.update(float t)", ("retrieval_check",),
          update(lambda: RetrievalPrecision(top_k=4), scores, relevant.float(), indexes=queries)),
@@ -61,9 +64,19 @@ def _cases() -> List[overhead.Case]:
          update(lambda: BinaryGroupStatRates(num_groups=4, validate_args=False), scores, relevant, groups)),
         ("BinaryFairness.update", ("fairness_groups",),
          update(lambda: BinaryFairness(num_groups=4, validate_args=False), scores, relevant, groups)),
+        ("PanopticQuality.update(2x16x16)", ("panoptic_matching",),
+         update(lambda: PanopticQuality(things={0, 1}, stuffs={2, 3}), colors, colors.flip(1))),
         ("SignalDistortionRatio.update", ("sdr_solve",),
          update(lambda: SignalDistortionRatio(filter_length=64), estimate, speech)),
     ]
+    try:  # 1.5.0+
+        from torchmetrics.segmentation import HausdorffDistance
+    except ImportError:
+        return cases
+    masks = (torch.rand(2, 3, 16, 16, generator=g) < 0.3).long(), (torch.rand(2, 3, 16, 16, generator=g) < 0.3).long()
+    cases.append(("HausdorffDistance.update(2x3x16x16)", ("edge_distances",),
+                  update(lambda: HausdorffDistance(num_classes=3), *masks)))
+    return cases
 
 
 def main(argv: List[str]) -> int:

@@ -41,6 +41,7 @@ NAMES = (
     "wrapper_indices",
     "panoptic_preprocess",
     "panoptic_matching",
+    "edge_distances",
     "pearson_update",
     "segmentation_format",
     "legacy_dice_checks",
