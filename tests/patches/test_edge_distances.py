@@ -9,7 +9,6 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, examples, release_in
-from tmpatch import deferred
 from tmpatch.patches import edge_distances as patch
 
 pytestmark = pytest.mark.skipif(not release_in(">=1.5.0"), reason="HausdorffDistance exists from 1.5.0")
@@ -38,10 +37,6 @@ def _apply() -> None:
 def _masks(seed, batch=2, classes=3, size=8, share=0.3, dtype=torch.int64):
     g = torch.Generator().manual_seed(seed)
     return (torch.rand(batch, classes, size, size, generator=g) < share).to(dtype)
-
-
-def _pending(metric, kind) -> int:
-    return int(deferred.local_records(metric).get(f"edge_distances:{kind}", 0))
 
 
 # -- sync ---------------------------------------------------------------------------------------
@@ -92,7 +87,7 @@ def test_distances_equal_the_releases(case):
     tmpatch.revert()
     want = _release(preds, target, kwargs)
     _apply()
-    update = patch._Update(HausdorffDistance(**kwargs))  # what the class update marks
+    update = patch._Update()  # what the class update marks
     token = patch.MARK.slot.set(update)
     try:
         got = hausdorff_distance(preds, target, **kwargs)

@@ -26,8 +26,6 @@ MODES = ("unpatched", "patched")
 SWEEP_LABELS: Tuple[Label, ...] = (
     Label(NOT_COVERED, "ranking average precision loops over samples with boolean masks (issue 14, source 8): "
           "not covered yet", function="_multilabel_ranking_average_precision_update|_rank_data"),
-    Label(NOT_COVERED, "Hausdorff distance's edge and distance helpers (issue 14, source 8): not covered yet",
-          file="functional/segmentation/utils.py"),
     Label(NOT_COVERED, "ranking loss selects with boolean masks: not covered yet",
           function="_multilabel_ranking_loss_update"),
     Label(NOT_COVERED, "torch's CUDA SVD reads its convergence info (torch.linalg.svd always checks): not covered",

@@ -89,18 +89,17 @@ BINARIZED = deferred.Record("edge_distances:binarized", _binarized)
 EMPTY = deferred.Record("edge_distances:empty", _empty)
 
 class _Update:
-    """One marked update: its metric, and whether any check failed / any pair was empty (device bools)."""
+    """One marked update: whether any check failed / any pair was empty (device bools, or None)."""
 
-    __slots__ = ("metric", "binarized", "empty")
+    __slots__ = ("binarized", "empty")
 
-    def __init__(self, metric: Any) -> None:
-        self.metric = metric
+    def __init__(self) -> None:
         self.binarized: Any = None
         self.empty: Any = None
 
 
 #: the marked update running in this thread / task (class ``update`` below)
-MARK = Marker("tmpatch_edge_distances", EMPTY, make=_Update)
+MARK = Marker("tmpatch_edge_distances", EMPTY)
 
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
@@ -110,7 +109,7 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
     def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
         if not recorded(self):
             return original(self, *args, **kwargs)
-        state = _Update(self)
+        state = _Update()
         token = slot.set(state)
         try:
             result = original(self, *args, **kwargs)
