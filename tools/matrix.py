@@ -16,7 +16,7 @@ the source tree, on ``PYTHONPATH``. Runs go 2 at a time (``-j``); the venvs are 
 while this torch's runs go. A run fails on any pytest exit status but 0 (5, "no tests
 collected", included). Tests marked ``once`` (nothing in them depends on the release) run
 with each torch's first release only; hypothesis comparisons run their full count of
-examples on the ANCHORS releases and a fifth on the others (``TMPATCH_TEST_EXAMPLES`` set
+examples on the ANCHORS releases and a tenth on the others (``TMPATCH_TEST_EXAMPLES`` set
 beforehand wins). Exits non-zero if any run fails; the last line reads
 ``matrix: N passed, N failed`` (runs).
 """
@@ -46,9 +46,9 @@ RELEASES = (
 )
 
 #: the releases the core issues name: every hypothesis comparison runs its full count of examples
-#: there; the releases between them run a fifth (``TMPATCH_TEST_EXAMPLES``), every test still runs
+#: there; the releases between them run a tenth (``TMPATCH_TEST_EXAMPLES``; at least 3), every test still runs
 ANCHORS = ("1.0.0", "1.0.3", "1.4.0", "1.6.1", "1.9.0")
-BETWEEN = "0.2"
+BETWEEN = "0.1"
 
 #: what CI runs: the newest torch (this interpreter's: 2.13.0, a CPU-only build) with every
 #: release; each older torch (CUDA builds, no GPU) with the releases its users would have
