@@ -55,7 +55,7 @@ BETWEEN = "0.1"
 PLAN: Dict[str, Tuple[str, ...]] = {
     CURRENT: RELEASES,
     "2.5.1": ("1.6.1", "1.5.2"),  # autumn 2024; 1.6.1 + 2.5.1: the best-known report of metric syncs
-    "2.1.2": ("1.2.1", "1.0.0"),  # winter 2023: the oldest torch supported (tmpatch.audit.support.MIN_TORCH)
+    "2.1.2": ("1.0.0",),  # winter 2023: the oldest torch supported (tmpatch.audit.support.MIN_TORCH)
 }
 
 #: with an older torch, the tests whose outcome can depend on torch: the audit, every patch
