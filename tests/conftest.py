@@ -14,7 +14,7 @@ import tmpatch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: a factor on every hypothesis test's example count (``TMPATCH_TEST_EXAMPLES``; the matrix
-#: gives its anchor releases the full count and the releases between them a fifth)
+#: gives its anchor releases the full count and the releases between them a tenth)
 EXAMPLES = float(os.environ.get("TMPATCH_TEST_EXAMPLES", "1") or 1)
 
 
