@@ -229,9 +229,7 @@ def build_distances(module: ModuleType) -> Callable[..., Any]:
         if sampling is None:
             return original(preds, target, distance_metric=distance_metric, spacing=spacing, symmetric=symmetric)
         output = module.mask_edges(preds, target)
-        edges = torch.stack([output[0].bool(), output[1].bool()])  # the release's edge masks (padded by one)
-        if edges.shape[1] != edges.shape[2]:
-            return original(preds, target, distance_metric=distance_metric, spacing=spacing, symmetric=symmetric)
+        edges = torch.stack([output[0].bool(), output[1].bool()])  # the release's edge masks: square, padded by one
         found = edges.flatten(1).any(dim=1)
         state.empty = _either(state.empty, ~(found[0] | found[1]))
         near = nearest(edges, sampling, distance_metric)

@@ -73,25 +73,33 @@ def build_sample(module: ModuleType) -> Callable[..., Any]:
             _tables[key] = found
         return found
 
+    def counted(index: Any, amounts: Any, length: int) -> Any:
+        """``amounts`` (bools or ints) summed per ``index`` into ``length`` int64 slots."""
+        return zeros(length, dtype=int64, device=index.device).index_add_(0, index, amounts.to(int64))
+
+    def runs(differs: Any, n: int) -> Tuple[Any, Any]:
+        """Of a sorted sequence (``differs``: each element against the one before): each element's run, each
+        run's length."""
+        new = ones(n, dtype=bool_, device=differs.device)
+        new[1:] = differs
+        run = new.cumsum(0) - 1
+        return run, counted(run, torch.ones_like(run), n)
+
     def ranked(colors: Any, n: int) -> Tuple[Any, Any, Any, Any]:
         """Per point its colour's rank (lexicographic, dense); per rank its area and colour; the number of ranks."""
         order = sort(colors[:, 1], stable=True).indices
         order = order[sort(colors[order, 0], stable=True).indices]
         ordered = colors[order]
-        new = ones(n, dtype=bool_, device=colors.device)
-        new[1:] = (ordered[1:] != ordered[:-1]).any(1)
-        run = new.cumsum(0) - 1
+        run, area = runs((ordered[1:] != ordered[:-1]).any(1), n)
         rank = torch.empty_like(run).scatter_(0, order, run)
-        area = zeros(n, dtype=int64, device=colors.device).index_add_(0, run, ones(n, dtype=int64, device=colors.device))
         color = colors.new_zeros((n, 2)).index_copy_(0, run, ordered)  # repeated ranks copy equal rows
         return rank, area, color, run[-1] + 1
 
-    def lookup(cats: Any, ids: Any, conts: Any, mods: Any) -> Tuple[Any, Any, Any]:
-        """Continuous id, known, modified stuff, of each category (unknown ones: not known, not modified)."""
+    def lookup(cats: Any, ids: Any, conts: Any, mods: Any) -> Tuple[Any, Any]:
+        """Continuous id and modified stuff of each category (an unknown one: not modified)."""
         cats = cats.to(int64).contiguous()
         at = torch.searchsorted(ids, cats).clamp_(max=ids.numel() - 1)
-        known = ids[at] == cats
-        return conts[at], known, mods[at] & known
+        return conts[at], mods[at] & (ids[at] == cats)
 
     def matched(preds: Any, target: Any, categories: Dict[int, int], void: Any, modified: Any) -> Tuple[Any, ...]:
         n, device = preds.shape[0], preds.device
@@ -102,19 +110,15 @@ def build_sample(module: ModuleType) -> Callable[..., Any]:
         t_rank, t_area, t_color, t_count = ranked(target, n)
         # colour pairs, ranked by (pred rank, target rank): the release's order of its pair dictionary
         keys, _ = sort(p_rank * n + t_rank)
-        new = ones(n, dtype=bool_, device=device)
-        new[1:] = keys[1:] != keys[:-1]
-        run = new.cumsum(0) - 1
-        inter = zeros(n, dtype=int64, device=device).index_add_(0, run, ones(n, dtype=int64, device=device))
+        run, inter = runs(keys[1:] != keys[:-1], n)
         pair = zeros(n, dtype=int64, device=device).index_copy_(0, run, keys)
         positions = arange(n, device=device)
         p, t = pair // n, pair % n
         # per rank: the points of that colour whose other side is void (the release's .get(..., 0))
         p_void_point, t_void_point = (preds == void).all(1), (target == void).all(1)
-        p_void = zeros(n, dtype=int64, device=device).index_add_(0, p_rank, t_void_point.to(int64))
-        t_void = zeros(n, dtype=int64, device=device).index_add_(0, t_rank, p_void_point.to(int64))
+        p_void, t_void = counted(p_rank, t_void_point, n), counted(t_rank, p_void_point, n)
         pair_color, target_color = p_color[p], t_color[t]
-        cont, _, mod = lookup(target_color[:, 0], ids, conts, mods)
+        cont, mod = lookup(target_color[:, 0], ids, conts, mods)
         candidate = ((positions < run[-1] + 1) & ~(target_color == void).all(1)
                      & (pair_color[:, 0] == target_color[:, 0]))
         union = p_area[p] - p_void[p] + t_area[t] - t_void[t] - inter
@@ -122,17 +126,17 @@ def build_sample(module: ModuleType) -> Callable[..., Any]:
         match = candidate & ~mod & (iou > 0.5)
         hit = match | (candidate & mod & (iou > 0))
         iou_sum = zeros(size, dtype=double, device=device).index_add_(0, cont, where(hit, iou, 0).to(double))
-        true_positives = zeros(size, dtype=int64, device=device).index_add_(0, cont, match.to(int64))
+        true_positives = counted(cont, match, size)
         counts = []
         for rank_count, color, area, void_area, side in ((t_count, t_color, t_area, t_void, t),
                                                          (p_count, p_color, p_area, p_void, p)):
-            taken = zeros(n, dtype=int64, device=device).index_add_(0, side, match.to(int64)) > 0
-            side_cont, _, side_mod = lookup(color[:, 0], ids, conts, mods)
+            taken = counted(side, match, n) > 0
+            side_cont, side_mod = lookup(color[:, 0], ids, conts, mods)
             present = positions < rank_count
             unmatched = present & ~(color == void).all(1) & ~taken & (void_area / area <= 0.5) & ~side_mod
-            counts.append(zeros(size, dtype=int64, device=device).index_add_(0, side_cont, unmatched.to(int64)))
+            counts.append(counted(side_cont, unmatched, size))
             if side is t:  # each target colour of a modified stuff is one "true positive"
-                true_positives.index_add_(0, side_cont, (present & side_mod).to(int64))
+                true_positives += counted(side_cont, present & side_mod, size)
         false_negatives, false_positives = counts
         to = torch.int
         return iou_sum, true_positives.to(to), false_positives.to(to), false_negatives.to(to)
@@ -159,8 +163,6 @@ def build_sample(module: ModuleType) -> Callable[..., Any]:
     return sample
 
 
-_SAMPLE = build_sample
-
 PATCH = Patch(
     name="panoptic_matching",
     summary="PanopticQuality and ModifiedPanopticQuality match segments on the host (torch.unique, tolist, an if "
@@ -178,9 +180,9 @@ PATCH = Patch(
     targets=(
         Target(module="torchmetrics.functional.detection._panoptic_quality_common",
                qualname="_panoptic_quality_update_sample", variants=(
-                   Variant(span("1.0.0", "1.1.2"), "2568ab5c5d8273d5", _SAMPLE),
-                   Variant(span("1.2.0", "1.5.2"), "c3c6cacb8d3721bb", _SAMPLE),  # names
-                   Variant(span("1.6.0", "1.9.0"), "47d9c3357dbeea16", _SAMPLE),  # annotations
+                   Variant(span("1.0.0", "1.1.2"), "2568ab5c5d8273d5", build_sample),
+                   Variant(span("1.2.0", "1.5.2"), "c3c6cacb8d3721bb", build_sample),  # names
+                   Variant(span("1.6.0", "1.9.0"), "47d9c3357dbeea16", build_sample),  # annotations
                )),
     ),
 )
