@@ -135,13 +135,13 @@ def simulated_syncs(metrics: List[Any], loss: torch.Tensor, logits: torch.Tensor
 class Variant:
     """A variant's metrics and the tmpatch state it runs in."""
 
-    def __init__(self, name: str, classes: int) -> None:
+    def __init__(self, name: str, classes: int, device: torch.device) -> None:
         self.name = name
         self.patched = name == "patched metrics"
         self.metrics: Optional[List[Any]] = None
         if name != "no metrics":
             with self:
-                self.metrics = build_metrics(classes)
+                self.metrics = [metric.to(device) for metric in build_metrics(classes)]
 
     def __enter__(self) -> "Variant":
         import tmpatch
@@ -181,7 +181,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         torch.set_num_threads(args.threads)
     tmpatch.revert()
     trainer = Trainer(device, args.batch, args.classes, args.size)
-    variants = [Variant(name, args.classes) for name in VARIANTS]
+    variants = [Variant(name, args.classes, device) for name in VARIANTS]
     per_block = max(1, args.steps // args.rounds)
 
     for variant in variants:

@@ -1,11 +1,14 @@
 """Shared test set-up: every test starts and ends with tmpatch reverted."""
 from __future__ import annotations
 
+import glob
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
-from typing import Optional
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -157,3 +160,53 @@ def lazily_imported_patches() -> frozenset:
         """)
         _LAZY = frozenset(filter(None, proc.stdout.strip().split(",")))
     return _LAZY
+
+
+# --- other Pythons, for fingerprints (tests/test_fingerprint.py, tests/test_api.py) -----------------
+
+_FINGERPRINT_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tmpatch",
+                                 "fingerprint.py")
+_FINGERPRINT_CHILD = ("import importlib.util, json, sys\n"
+                      "spec = importlib.util.spec_from_file_location('fp', sys.argv[1])\n"
+                      "fp = importlib.util.module_from_spec(spec); spec.loader.exec_module(fp)\n"
+                      "print(json.dumps([fp.source_fingerprint(s) for s in json.load(sys.stdin)]))\n")
+
+
+def _other_pythons() -> List[str]:
+    """Interpreters of Python 3.12 or newer (whose tokenizer splits f-strings), one per version:
+    ``TMPATCH_TEST_OTHER_PYTHONS`` (os.pathsep-separated), else ``python3.N`` on the PATH and
+    pyenv's versions."""
+    named = os.environ.get("TMPATCH_TEST_OTHER_PYTHONS")
+    if named is not None:
+        candidates = [p for p in named.split(os.pathsep) if p]
+    else:
+        candidates = [shutil.which(f"python3.{n}") or "" for n in range(12, 16)]
+        candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
+    found: Dict[Tuple[int, int], str] = {}
+    for exe in filter(None, candidates):
+        try:
+            done = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
+                                  text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        parts = done.stdout.split()
+        if done.returncode == 0 and len(parts) == 2 and (int(parts[0]), int(parts[1])) >= (3, 12):
+            found.setdefault((int(parts[0]), int(parts[1])), exe)
+    return [found[v] for v in sorted(found)]
+
+
+@pytest.fixture(scope="session")
+def other_pythons() -> List[str]:
+    found = _other_pythons()
+    if not found:
+        pytest.skip("no Python 3.12 or newer here to compare fingerprints with")
+    return found
+
+
+def fingerprints_under(python: str, sources: List[str]) -> List[str]:
+    """``source_fingerprint`` of each source, computed by another Python (tmpatch/fingerprint.py
+    alone: it needs neither torch nor the package)."""
+    done = subprocess.run([python, "-c", _FINGERPRINT_CHILD, _FINGERPRINT_FILE], input=json.dumps(sources),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

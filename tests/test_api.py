@@ -13,7 +13,7 @@ import wrapt
 import tmpatch
 from tmpatch import patches as catalogue
 from tmpatch.spec import Variant
-from tests.conftest import lazily_imported_patches, release_in, run_python, torch_at_least
+from tests.conftest import fingerprints_under, lazily_imported_patches, release_in, run_python, torch_at_least
 
 import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
 from torchmetrics.utilities import compute, distributed
@@ -72,19 +72,15 @@ def test_states_follow_the_release():
     assert states["gather_autograd"] == ("not-needed" if GATHER_FIXED else "applied")
 
 
-def test_every_target_is_recognised_as_the_variant_for_this_release():
-    """The fingerprint table agrees with the release ranges it declares."""
+def _targets_here():
+    """(target, the object it names) for every target of the catalogue that this release has; the
+    targets it lacks are checked to be absent (or shared)."""
     from packaging.version import Version
-
-    from tmpatch.fingerprint import fingerprint
-
-    def covers(releases, version: Version) -> bool:
-        return releases.contains(version, prereleases=True)
 
     version = Version(torchmetrics.__version__)
     for name in catalogue.NAMES:
         for target in catalogue.load(name).targets:
-            if target.present is not None and not covers(target.present, version):
+            if target.present is not None and not target.present.contains(version, prereleases=True):
                 owner = sys.modules.get(target.module)  # absent: the module, a class, or the attribute itself
                 for part in target.qualname.split(".")[:-1]:
                     owner = vars(owner).get(part) if owner is not None else None
@@ -94,9 +90,38 @@ def test_every_target_is_recognised_as_the_variant_for_this_release():
             obj = importlib.import_module(target.module)
             for part in target.qualname.split("."):
                 obj = vars(obj)[part] if isinstance(obj, (type, types.ModuleType)) else getattr(obj, part)
-            variant = target.variant_for(fingerprint(obj))
-            assert variant is not None, f"{target.path} not recognised on {version}"
-            assert covers(variant.releases, version), (target.path, variant.releases, version)
+            yield target, obj
+
+
+def test_every_target_is_recognised_as_the_variant_for_this_release():
+    """The fingerprint table agrees with the release ranges it declares."""
+    from packaging.version import Version
+
+    from tmpatch.fingerprint import fingerprint
+
+    version = Version(torchmetrics.__version__)
+    for target, obj in _targets_here():
+        variant = target.variant_for(fingerprint(obj))
+        assert variant is not None, f"{target.path} not recognised on {version}"
+        assert variant.releases.contains(version, prereleases=True), (target.path, variant.releases, version)
+
+
+def test_every_target_fingerprints_the_same_on_every_python(other_pythons):
+    """Python 3.12 tokenizes f-strings in parts: the fingerprints must not change (see
+    tests/test_fingerprint.py); this is every target of the catalogue on this release."""
+    import inspect
+
+    from tmpatch.fingerprint import source_fingerprint
+
+    paths, sources = [], []
+    for target, obj in _targets_here():
+        paths.append(target.path)
+        sources.append(inspect.getsource(obj))
+    here = [source_fingerprint(s) for s in sources]
+    assert len(sources) >= 10
+    for python in other_pythons:
+        there = fingerprints_under(python, sources)
+        assert [p for p, a, b in zip(paths, here, there) if a != b] == [], python
 
 
 @pytest.mark.skipif(SAFE_DIVIDE_FIXED, reason="safe_divide is not needed on this release")

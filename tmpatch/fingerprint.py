@@ -2,7 +2,9 @@
 
 Two functions get the same fingerprint when their source has the same tokens
 once the docstring, comments, blank lines and the indentation level of the
-whole block are dropped. Line numbers and the Python version do not matter.
+whole block are dropped. Line numbers and the Python version do not matter: from
+Python 3.12 the tokenizer splits an f-string into parts (PEP 701), which are put
+back together here into the one string token that earlier Pythons give.
 """
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ from typing import Callable, Dict, List, Set, Tuple
 
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _MARKERS = {tokenize.INDENT: "<in>", tokenize.DEDENT: "<out>", tokenize.NEWLINE: "<nl>"}
+#: Python 3.12+ (f-strings) and 3.14+ (t-strings): the tokens that open and close a string in parts
+_OPENS = {getattr(tokenize, name) for name in ("FSTRING_START", "TSTRING_START") if hasattr(tokenize, name)}
+_CLOSES = {getattr(tokenize, name) for name in ("FSTRING_END", "TSTRING_END") if hasattr(tokenize, name)}
 
 
 class FingerprintError(ValueError):
@@ -52,12 +57,32 @@ def source_tokens(source: str) -> List[str]:
     """The normalised token stream of one function's source text."""
     source = textwrap.dedent(source)
     skip_lines = _docstring_lines(source)
+    lines = source.splitlines(keepends=True)
     out: List[str] = []
+    depth, opened = 0, (0, 0)
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type in _OPENS:
+            depth += 1
+            if depth == 1:
+                opened = tok.start
+            continue
+        if depth:  # inside an f-string: its text is taken whole when it closes
+            if tok.type in _CLOSES:
+                depth -= 1
+                if not depth and opened[0] not in skip_lines:
+                    out.append(_text(lines, opened, tok.end))
+            continue
         if tok.type in _SKIPPED or tok.start[0] in skip_lines:
             continue
         out.append(_MARKERS.get(tok.type, tok.string))
     return out
+
+
+def _text(lines: List[str], start: Tuple[int, int], end: Tuple[int, int]) -> str:
+    """The source between two token positions (1-based rows, 0-based columns)."""
+    if start[0] == end[0]:
+        return lines[start[0] - 1][start[1]:end[1]]
+    return lines[start[0] - 1][start[1]:] + "".join(lines[start[0]:end[0] - 1]) + lines[end[0] - 1][:end[1]]
 
 
 def _digest(parts: List[str]) -> str:
