@@ -6,7 +6,8 @@ Only ops with a CUDA tensor among their arguments are considered. Op -> kind:
   ``aten.equal`` -> device-to-host read; also ``masked_fill`` with a 0-d CUDA value (the
   kernel reads it with ``.item()``), ``histc`` with ``min == max`` (reads the input's
   range), ``multinomial`` without replacement or with one sample (checks the
-  probabilities);
+  probabilities; before torch 2.6 only: later releases check them with an asynchronous
+  device assert, pytorch/pytorch#134818, and a GPU showed no sync with torch 2.11);
 * ``aten._to_copy`` / ``aten.copy_`` / ``prims.device_put`` CPU -> CUDA -> host-to-device
   copy, CUDA -> CPU -> device-to-host copy (``.cpu()``, ``.to("cpu")``); a copy with
   ``non_blocking=True`` from or into pinned memory is not a sync (reported apart);
@@ -55,6 +56,9 @@ _DEVICE_PUT = getattr(getattr(torch.ops, "prims", None), "device_put", None)
 if _DEVICE_PUT is not None:
     _COPIES.add(_DEVICE_PUT)
 _MASKED_FILLS = _ops("masked_fill", "masked_fill_")
+
+#: whether CUDA ``multinomial`` reads its probabilities' check back to the host (before torch 2.6)
+MULTINOMIAL_READS = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 6)
 
 #: linalg kernels that read their ``info`` back on CUDA whatever the arguments
 _LINALG_ALWAYS = {
@@ -171,7 +175,7 @@ def _value_reads(func: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Opti
         return SyncKind.D2H_READ, "masked_fill reads its 0-d CUDA value (.item())"
     if packet is aten.histc and _arg(args, kwargs, 2, "min", 0) == _arg(args, kwargs, 3, "max", 0):
         return SyncKind.D2H_READ, "histc with min == max reads the input's min and max"
-    if packet is aten.multinomial:
+    if packet is aten.multinomial and MULTINOMIAL_READS:
         samples, replacement = _arg(args, kwargs, 1, "num_samples", 1), _arg(args, kwargs, 2, "replacement", False)
         if not replacement or samples == 1:
             return SyncKind.D2H_READ, "multinomial checks its probabilities (.item())"

@@ -150,7 +150,7 @@ def cpu_mask_index(x):
 
 
 def cpu_index_put(x):
-    x[torch.tensor([0, 2])] = x[:2]
+    x[torch.tensor([0, 2])] = x[:2] + 1  # a new value: writing x[:2] into x itself is refused on a GPU
     return x
 
 

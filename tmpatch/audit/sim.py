@@ -11,7 +11,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_map
 
-from tmpatch.audit import guard
+from tmpatch.audit import caches, guard
 from tmpatch.audit.continuation import Answers
 from tmpatch.audit.host import FakeHostViews
 from tmpatch.audit.recorder import SyncRecorder
@@ -113,7 +113,8 @@ def simulated_cuda(device: DeviceLike = "cuda:0", on_sync: Optional[Callable[[Sy
     the first value reads (see :class:`tmpatch.audit.continuation.Answers`). The current
     CUDA device is always ``cuda:0``. Works on CPU-only builds of torch and on CUDA builds
     without a GPU or driver (see :mod:`tmpatch.audit.guard`). Tensors made here must not be
-    used after it.
+    used after it; the module-level caches that would keep some are put back as they were
+    (:mod:`tmpatch.audit.caches`).
     """
     handle = SimulatedCuda(cuda_device(device), answers=Answers(answers))
 
@@ -130,7 +131,8 @@ def simulated_cuda(device: DeviceLike = "cuda:0", on_sync: Optional[Callable[[Sy
     try:
         recorder = SyncRecorder(sink, answers=handle.answers)
         fake_log.setLevel(logging.CRITICAL)
-        with FakeTensorMode(allow_non_fake_inputs=True, allow_fallback_kernels=False), recorder, FakeHostViews(recorder):
+        with caches.kept(), FakeTensorMode(allow_non_fake_inputs=True, allow_fallback_kernels=False), recorder, \
+                FakeHostViews(recorder):
             _ACTIVE.append(handle)
             try:
                 yield handle
