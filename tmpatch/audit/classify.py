@@ -19,6 +19,9 @@ Only ops with a CUDA tensor among their arguments are considered. Op -> kind:
 * a CPU tensor among the indices of ``aten.index``/``index_put_`` of a CUDA tensor (one per
   index tensor; a CPU mask counts one per dimension) -> implicit host-to-device copy (CPU
   index); a 0-d CPU value of ``index_put_`` -> implicit host-to-device copy (CPU value);
+  a Python list index (``x[:, [0, 2]]``) is a host-to-device copy, seen as a ``_to_copy``
+  without a GPU; with one, torch makes the index on the real device out of sight of the
+  dispatcher, so a real CUDA index of a simulated tensor counts as that copy;
 * ``aten._linalg_check_errors`` on a CUDA ``info``, the linalg kernels that check their own
   ``info`` (``_linalg_svd``, ``_linalg_eigh``, ``linalg_lstsq``, legacy ``cholesky``, the
   ``*_ex`` ops with ``check_errors=True``), ``linalg_eig``/``_linalg_eigvals`` (computed on
@@ -144,11 +147,23 @@ def _cpu_indices(indices: Sequence[Any]) -> int:
                if isinstance(i, torch.Tensor) and i.device.type == "cpu")
 
 
+def _host_made(self: torch.Tensor, indices: Sequence[Any]) -> List[Found]:
+    """Real CUDA indices of a simulated tensor: Python lists torch made into device tensors
+    (a GPU present), out of the dispatcher's sight."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if not isinstance(self, FakeTensor):
+        return []
+    return [(SyncKind.H2D_COPY, "index list copied to the device")] * sum(
+        is_cuda(i) and not isinstance(i, FakeTensor) for i in indices)
+
+
 def _indexing(func: Any, args: Sequence[Any]) -> List[Found]:
     self, indices = args[0], list(args[1])
     found: List[Found] = []
     if not is_cuda(self):
         return found
+    found += _host_made(self, indices)
     if func.overloadpacket is aten.index:
         found += [(SyncKind.CPU_INDEX, "CPU index tensor copied to the device")] * _cpu_indices(indices)
         if any(is_mask(i) and is_cuda(i) for i in indices):

@@ -71,6 +71,7 @@ PROBES: Tuple[Probe, ...] = (
     Probe(F.linalg_svd, (K.LINALG_CHECK,), make=F.spd_system),
     Probe(F.linalg_eigh, (K.LINALG_CHECK,), make=F.spd_system),
     Probe(F.linalg_eigvals, (K.LINALG_CHECK,), make=F.spd_system),
+    Probe(F.list_index, (H2D,)),
     Probe(F.cpu_index_get, (K.CPU_INDEX,)),
     Probe(F.cpu_arange_index, (K.CPU_INDEX,), make=lambda: (F.vector(), torch.tensor([0, 2]))),
     Probe(F.cpu_mask_index, (K.CPU_INDEX,), debug_mode_sees=False,
