@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 from torch.utils._pytree import tree_map
 
+from tmpatch.audit import caches
 from tmpatch.audit.locate import locate
 from tmpatch.audit.recorder import FAKE_ERRORS, SyncRecorder, is_device_mismatch
 from tmpatch.audit.report import AuditReport, SyncError, SyncKind, SyncPoint, result_devices
@@ -143,7 +144,7 @@ def _audit_real(fn: Callable[..., Any], args: Any, kwargs: Any, dev: torch.devic
                 shown(message, category, filename, lineno, file, line)
 
         warnings.showwarning = hook
-        with torch.cuda.device(dev), _sync_debug("warn"), tracker:
+        with caches.kept(), torch.cuda.device(dev), _sync_debug("warn"), tracker:
             report.result = fn(*args, **kwargs)
     return report
 

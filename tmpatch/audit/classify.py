@@ -19,9 +19,10 @@ Only ops with a CUDA tensor among their arguments are considered. Op -> kind:
 * a CPU tensor among the indices of ``aten.index``/``index_put_`` of a CUDA tensor (one per
   index tensor; a CPU mask counts one per dimension) -> implicit host-to-device copy (CPU
   index); a 0-d CPU value of ``index_put_`` -> implicit host-to-device copy (CPU value);
-  a Python list index (``x[:, [0, 2]]``) is a host-to-device copy, seen as a ``_to_copy``
-  without a GPU; with one, torch makes the index on the real device out of sight of the
-  dispatcher, so a real CUDA index of a simulated tensor counts as that copy;
+* ``aten.lift_fresh`` of a real (not simulated) CUDA tensor while simulating -> host-to-device
+  copy: ``torch.tensor(data, device="cuda")`` and a Python list index (``x[:, [0, 2]]``) make
+  their tensor from host data; without a GPU the copy is a ``_to_copy`` seen here, with one
+  torch makes it on the device out of the dispatcher's sight and lifts the result;
 * ``aten._linalg_check_errors`` on a CUDA ``info``, the linalg kernels that check their own
   ``info`` (``_linalg_svd``, ``_linalg_eigh``, ``linalg_lstsq``, legacy ``cholesky``, the
   ``*_ex`` ops with ``check_errors=True``), ``linalg_eig``/``_linalg_eigvals`` (computed on
@@ -59,6 +60,7 @@ _DEVICE_PUT = getattr(getattr(torch.ops, "prims", None), "device_put", None)
 if _DEVICE_PUT is not None:
     _COPIES.add(_DEVICE_PUT)
 _MASKED_FILLS = _ops("masked_fill", "masked_fill_")
+_LIFTS = _ops("lift_fresh", "lift_fresh_copy")
 
 #: whether CUDA ``multinomial`` reads its probabilities' check back to the host (before torch 2.6)
 MULTINOMIAL_READS = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 6)
@@ -147,23 +149,11 @@ def _cpu_indices(indices: Sequence[Any]) -> int:
                if isinstance(i, torch.Tensor) and i.device.type == "cpu")
 
 
-def _host_made(self: torch.Tensor, indices: Sequence[Any]) -> List[Found]:
-    """Real CUDA indices of a simulated tensor: Python lists torch made into device tensors
-    (a GPU present), out of the dispatcher's sight."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    if not isinstance(self, FakeTensor):
-        return []
-    return [(SyncKind.H2D_COPY, "index list copied to the device")] * sum(
-        is_cuda(i) and not isinstance(i, FakeTensor) for i in indices)
-
-
 def _indexing(func: Any, args: Sequence[Any]) -> List[Found]:
     self, indices = args[0], list(args[1])
     found: List[Found] = []
     if not is_cuda(self):
         return found
-    found += _host_made(self, indices)
     if func.overloadpacket is aten.index:
         found += [(SyncKind.CPU_INDEX, "CPU index tensor copied to the device")] * _cpu_indices(indices)
         if any(is_mask(i) and is_cuda(i) for i in indices):
@@ -219,6 +209,12 @@ def classify_all(func: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> List
         return [found] if found else []
     if not any(is_cuda(t) for t in tensors((args, kwargs))):
         return []
+    if packet in _LIFTS:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        made_on_gpu = bool(args) and is_cuda(args[0]) and not isinstance(args[0], FakeTensor)
+        return [(SyncKind.H2D_COPY, "tensor made from host data on the GPU (torch.tensor, a list index)")] \
+            if made_on_gpu else []
     if packet in (aten.index,) or packet in _INDEX_PUTS:
         return _indexing(func, args)
     if packet in (aten.nonzero, aten.masked_select) or packet in _UNIQUES:
