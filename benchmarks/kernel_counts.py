@@ -1,0 +1,140 @@
+"""Kernels launched per ``update()`` on CUDA, unpatched and patched, for every panel row: a proxy,
+on a machine without a GPU, for the host time that paces a launch-bound GPU step.
+
+    PYTHONPATH=.matrix/1.9.0:. python benchmarks/kernel_counts.py
+    PYTHONPATH=.matrix/1.9.0:. python benchmarks/kernel_counts.py --gpu-times benchmarks/gpu/calibration-1.9.0.txt
+
+Each row's calls run twice on simulated CUDA tensors (tmpatch.audit's simulation; the first
+run warms up), and the ATen ops of the second run that would launch work on the device are
+counted: ops on CUDA tensors, less views and metadata (``view``, ``expand``, ``select``,
+``prim.device``...) and CPU scalars wrapped for an operand (``scalar_tensor``). A sync is a
+host wait, not a kernel, and is not counted. On an H200 with torch 2.11 the real time per
+``update()`` (launch-bound: small inputs) grew with the kernel count: ``--gpu-times`` reads a
+calibration report (``python -m tmpatch.audit.calibrate``) and prints its patched/unpatched
+ratio beside the count's.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import statistics
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+#: ops that launch nothing on the device: views, metadata, wrapped CPU scalars
+NOT_KERNELS = frozenset({
+    "prim.device", "aten.view", "aten._unsafe_view", "aten.expand", "aten.select", "aten.slice",
+    "aten.unsqueeze", "aten.squeeze", "aten.t", "aten.permute", "aten.transpose", "aten.alias",
+    "aten.detach", "aten.as_strided", "aten.reshape", "aten.diagonal", "aten.scalar_tensor",
+    "aten.lift_fresh", "aten.unbind", "aten.split", "aten.split_with_sizes", "aten.chunk", "aten.flatten",
+    "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset", "aten.is_pinned",
+    "aten._local_scalar_dense",
+})
+
+
+class _Kernels(TorchDispatchMode):
+    """Counts the ops that touch a CUDA tensor and launch device work."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = str(func.overloadpacket)
+        leaves = torch.utils._pytree.tree_flatten((args, kwargs or {}, out))[0]
+        if name not in NOT_KERNELS and any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in leaves):
+            self.ops[name] += 1
+        return out
+
+
+def count_row(row: Any, patched: bool) -> Optional[collections.Counter]:
+    """The kernels of one row's second ``update()`` (None: the row cannot run here)."""
+    import tmpatch
+    from tmpatch.audit.modes import deterministic
+    from tmpatch.audit.sim import simulated_cuda
+
+    tmpatch.revert()
+    if patched:
+        tmpatch.apply()
+    try:
+        calls = row.build()
+        with deterministic(row.deterministic), simulated_cuda(row.device) as sim:
+            moved = [(sim.put(t) if isinstance(t, torch.nn.Module) else t, sim.put(a), sim.put(k)) for t, a, k in calls]
+
+            def run() -> None:
+                for target, args, kwargs in moved:
+                    (target.update if isinstance(target, torch.nn.Module) else target)(*args, **kwargs)
+
+            run()
+            with _Kernels() as counter:
+                run()
+        return counter.ops
+    except Exception as exc:  # noqa: BLE001 - a row that cannot run is listed as such
+        print(f"  {row.name}: {type(exc).__name__}: {str(exc)[:80]}", file=sys.stderr)
+        return None
+    finally:
+        tmpatch.revert()
+
+
+def gpu_times(path: str) -> Dict[str, float]:
+    """Row -> patched/unpatched real time per update() from a calibration report."""
+    found: Dict[str, float] = {}
+    pattern = re.compile(r"^  (.+?)\s+([\d.]+) ms ->\s+([\d.]+) ms\s+\(([\d.]+)\)$")
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            match = pattern.match(line.rstrip("\n"))
+            if match:
+                found[match.group(1).strip()] = float(match.group(3)) / float(match.group(2))
+    return found
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--gpu-times", metavar="FILE", help="a calibration report with real times per update()")
+    parser.add_argument("--row", action="append", help="only rows whose name contains this (repeatable)")
+    args = parser.parse_args(argv)
+
+    import torchmetrics
+
+    from tmpatch.audit.panel import ROWS
+    from tmpatch.audit.rows import _resolve
+
+    times = gpu_times(args.gpu_times) if args.gpu_times else {}
+    print(f"kernel_counts: torch {torch.__version__}, torchmetrics {torchmetrics.__version__}; kernels per update() "
+          "(second call) on simulated CUDA")
+    head = f"{'row':<62} {'unpatched':>9} {'patched':>8} {'ratio':>6}" + (f" {'GPU time ratio':>15}" if times else "")
+    print("\n" + head)
+    pairs: List[Tuple[float, float]] = []
+    for row in ROWS:
+        if args.row and not any(part.lower() in row.name.lower() for part in args.row):
+            continue
+        try:
+            for name in row.requires:
+                _resolve(name)
+        except (ImportError, AttributeError):
+            continue
+        before, after = count_row(row, False), count_row(row, True)
+        if before is None or after is None:
+            continue
+        u, p = sum(before.values()), sum(after.values())
+        ratio = p / u if u else float("nan")
+        line = f"{row.name[:62]:<62} {u:>9} {p:>8} {ratio:>6.2f}"
+        if row.name in times:
+            line += f" {times[row.name]:>15.2f}"
+            if u:
+                pairs.append((ratio, times[row.name]))
+        print(line)
+    if len(pairs) >= 3:
+        xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
+        print(f"\nrows with a GPU time: {len(pairs)}; correlation of the two ratios: "
+              f"{statistics.correlation(xs, ys):.2f}" if hasattr(statistics, "correlation") else "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
