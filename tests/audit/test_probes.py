@@ -16,8 +16,18 @@ def _lines(fn):
     return range(start, start + len(source))
 
 
+#: a CUDA build of torch before 2.5 without a GPU makes a list index on the device itself (seen on
+#: 2.1.2: "Found no NVIDIA driver"), which stops the simulation there (README, Limits)
+LIST_INDEX_STOPS = (torch.version.cuda is not None and not torch.cuda.is_available()
+                    and tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 5))
+
+
 @pytest.mark.parametrize("probe", PROBES, ids=PROBE_NAMES)
 def test_probe_verdict(probe: Probe):
+    if probe.name == "list_index" and LIST_INDEX_STOPS:
+        with pytest.raises(RuntimeError):
+            audit(probe.fn, *probe.make(), real=False)
+        return
     report = audit(probe.fn, *probe.make(), real=False)
     assert [p.kind for p in report.sync_points] == list(probe.syncs), str(report)
     assert [p.kind for p in report.non_syncs] == list(probe.others), str(report)

@@ -50,9 +50,9 @@ def opened(monkeypatch):
     class Counted(counting.Update):
         __slots__ = ()
 
-        def __init__(self, metric):
+        def __init__(self, metric, labels=False):
             count.append(metric)
-            super().__init__(metric)
+            super().__init__(metric, labels)
 
     monkeypatch.setattr(metrics, "Update", Counted)
     return count

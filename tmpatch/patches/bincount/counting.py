@@ -39,10 +39,12 @@ RECORD = deferred.Record("bincount", _report)
 class Update:
     """What the release's code inside one recorded ``update()`` needs to know."""
 
-    __slots__ = ("metric", "ignored", "drop", "vouch", "counted")
+    __slots__ = ("metric", "labels", "ignored", "drop", "vouch", "counted")
 
-    def __init__(self, metric: Any) -> None:
+    def __init__(self, metric: Any, labels: bool = False) -> None:
         self.metric = metric
+        #: ``preds`` were scores of ``num_classes`` classes: the formatter's argmax labels are classes
+        self.labels = labels
         self.ignored: Any = None  # positions the formatter would have removed (ignore_index)
         self.drop: Any = None  # positions already reported invalid, to leave out
         self.vouch = False  # the next _bincount input is negative exactly where positions are left out
@@ -51,6 +53,27 @@ class Update:
     def bad(self, mask: Any) -> None:
         """Report the positions of ``mask`` (True: invalid, not ignored) at compute."""
         RECORD.add(self.metric, mask.sum())
+
+
+def _wide_int(dtype: Any) -> bool:
+    """int32 or int64: ``clamp`` takes any class count of ours there (int8/16 and uint8 would
+    overflow on a large one)."""
+    return dtype.is_signed and dtype.itemsize >= 4 and not dtype.is_floating_point and not dtype.is_complex
+
+
+def outside(x: Any, count: int) -> Any:
+    """Where ``x`` is not a class of ``[0, count)``: for int32/int64 tensors ``clamp`` and ``!=``
+    (two kernels; on a launch-bound GPU each costs host time), else two comparisons and an or."""
+    if _wide_int(x.dtype) and 1 <= count <= 2 ** (8 * x.dtype.itemsize - 1):
+        return x.clamp(0, count - 1) != x
+    return (x < 0) | (x >= count)
+
+
+def not_binary(x: Any) -> Any:
+    """Where ``x`` is neither 0 nor 1 (``clamp`` and ``!=`` for int32/int64 tensors)."""
+    if _wide_int(x.dtype):
+        return x.clamp(0, 1) != x
+    return (x != 0) & (x != 1)
 
 
 #: the recorded update running in this thread / task, if any (a ContextVar; a plain slot in compiled code)
@@ -71,7 +94,8 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
     """``_bincount`` (every release): inside a recorded update, count into ``minlength``
     int64 bins on the input's device (``scatter_add_``; on the CPU ``torch.bincount``,
     which reads nothing back there). Values outside ``[0, minlength)`` are left out: where
-    the caller vouched for them they are positions it left out, else they are reported.
+    the caller vouched (every value in range or negative) the negative ones are positions it
+    left out, else they are reported.
     Elsewhere (functional API, compute-time callers, metrics built before ``apply()``,
     no ``minlength``) the release's own ``_bincount`` runs."""
     import torch
@@ -93,10 +117,14 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
                 out = None
             if out is not None and out.shape[0] == minlength:
                 return out
+        out = zeros(minlength, dtype=int64, device=x.device)
+        if vouched:  # every value is in range or negative (a position left out): two kernels fewer.
+            # The upper clamp only keeps a caller's defect in bounds (a CUDA scatter out of bounds
+            # would end the process's CUDA context); every caller's codes stay below minlength
+            return out.scatter_add_(0, x.clamp(0, minlength - 1).long(), (x >= 0).long())
         inside = (x >= 0) & (x < minlength)
-        out = zeros(minlength, dtype=int64, device=x.device).scatter_add_(0, where(inside, x, 0).long(),
-                                                                           inside.long())
-        if not vouched and x.numel():
+        out.scatter_add_(0, where(inside, x, 0).long(), inside.long())
+        if x.numel():
             update.bad(~inside)
         return out
 

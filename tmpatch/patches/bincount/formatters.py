@@ -17,7 +17,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict, Tuple
 
-from tmpatch.patches.bincount.counting import recorded
+from tmpatch.patches.bincount.counting import outside, recorded
 from tmpatch.spec import Edit, Rewrite
 
 _REMOVAL = "preds = preds[idx]\ntarget = target[idx]\n"
@@ -43,7 +43,7 @@ def classes(target: Any, num_classes: int) -> Any:
     update = recorded()
     if update is None:
         return target
-    invalid = (target < 0) | (target >= num_classes)
+    invalid = outside(target, num_classes)
     update.bad(invalid)
     update.drop = invalid
     return target.masked_fill(invalid, 0)

@@ -115,6 +115,23 @@ def cpu_way(metric: Any, args: tuple, kwargs: dict, curve: bool) -> int:
     return CHECKED if _classes_valid(target, 0, 2, ignore) else RECORDED
 
 
+def _scores(metric: Any, args: tuple) -> bool:
+    """Whether ``update(preds, target)`` has scores that the formatter makes valid labels: one
+    column per class for a multiclass metric (``(N, C, ...)``, ``C == num_classes``: argmax in
+    ``[0, C)``), the target's shape for a binary one (a threshold: 0 or 1)."""
+    if len(args) != 2:
+        return False
+    preds, target = args
+    if not (isinstance(preds, Tensor) and isinstance(target, Tensor) and preds.is_floating_point()):
+        return False
+    attributes = metric.__dict__
+    classes = attributes.get("num_classes")
+    if classes is None:
+        return "num_labels" not in attributes and preds.shape == target.shape
+    return (type(classes) is int and preds.dim() >= 2 and preds.dim() == target.dim() + 1
+            and preds.shape[1] == classes)
+
+
 def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
     def build(module: ModuleType) -> Callable[..., Any]:
         global Tensor, _AMINMAX, _INTEGRAL, _DETERMINISTIC, _FIRST
@@ -140,7 +157,7 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
                     return original(self, *args, **kwargs)
             if not active() or not recorded(self) or (curve and getattr(self, "thresholds", None) is None):
                 return original(self, *args, **kwargs)
-            token = current.set(Update(self))
+            token = current.set(Update(self, not curve and _scores(self, args)))
             try:
                 return original(self, *args, **kwargs)
             finally:

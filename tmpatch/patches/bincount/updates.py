@@ -25,27 +25,25 @@ import math
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tmpatch.patches.bincount.counting import Update, current, recorded
+from tmpatch.patches.bincount.counting import Update, current, not_binary, outside, recorded
 from tmpatch.spec import Edit, Rewrite, gated
 
 
-def _left_out(update: Update, valid: Any) -> Any:
+def _labels(update: Update, preds: Any) -> bool:
+    """Whether ``preds`` are the formatter's labels of scores (argmax of one score per class, or
+    a threshold): in range, so no check, and no change for a left-out position, whose target
+    becomes -1."""
+    return update.labels and not preds.is_floating_point()
+
+
+def _left_out(update: Update, invalid: Any) -> Any:
     """Report the invalid positions that are not ignored; return every position to leave out."""
     ignored, update.ignored = update.ignored, None
     if ignored is None:
-        invalid = ~valid
         update.bad(invalid)
         return invalid
-    update.bad(~(valid | ignored))
-    return ignored | ~valid
-
-
-def _classes(x: Any, count: int) -> Any:
-    return (x >= 0) & (x < count)
-
-
-def _binary(x: Any) -> Any:
-    return (x == 0) | (x == 1)
+    update.bad(invalid & ~ignored)
+    return ignored | invalid
 
 
 def build_stat_scores_update(module: ModuleType) -> Callable[..., Any]:
@@ -63,11 +61,14 @@ def build_stat_scores_update(module: ModuleType) -> Callable[..., Any]:
         update = recorded()
         if update is None or multidim_average == "samplewise" or top_k != 1 or type(num_classes) is not int:
             return original(preds, target, num_classes, top_k, average, multidim_average, ignore_index)
-        valid = _classes(target, num_classes) & _classes(preds, num_classes)
+        labels = _labels(update, preds)
+        invalid = outside(target, num_classes)
+        if not labels:
+            invalid = invalid | outside(preds, num_classes)
         if ignore_index is not None:
             update.ignored = target == ignore_index
-        out = _left_out(update, valid)
-        target, preds = where(out, -1, target.long()), where(out, 0, preds.long())
+        out = _left_out(update, invalid)
+        target, preds = where(out, -1, target.long()), preds.long() if labels else where(out, 0, preds.long())
         if average == "micro":  # each left-out position added one false positive and one false negative
             tp, fp, tn, fn = original(preds, target, num_classes, top_k, average, multidim_average, None)
             n = out.sum()
@@ -89,7 +90,11 @@ def build_binary_confusion_update(module: ModuleType) -> Callable[..., Any]:
         update = recorded()
         if update is None:
             return original(preds, target)
-        out = _left_out(update, _binary(target) & _binary(preds))
+        if _labels(update, preds):  # thresholded scores; a left-out code 2 * target + preds is negative as it is
+            out = _left_out(update, not_binary(target))
+            update.vouch = True
+            return original(preds, where(out, -1, target.long()))
+        out = _left_out(update, not_binary(target) | not_binary(preds))
         update.vouch = True
         return original(where(out, 0, preds.long()), where(out, -1, target.long()))
 
@@ -108,7 +113,11 @@ def build_multiclass_confusion_update(module: ModuleType) -> Callable[..., Any]:
         update = recorded()
         if update is None or type(num_classes) is not int or preds.shape != target.shape:
             return original(preds, target, num_classes)
-        out = _left_out(update, _classes(target, num_classes) & _classes(preds, num_classes))
+        if _labels(update, preds):  # a left-out position's code target * n + preds is negative as it is
+            out = _left_out(update, outside(target, num_classes))
+            update.vouch = True
+            return original(preds.long(), where(out, -1, target.long()), num_classes)
+        out = _left_out(update, outside(target, num_classes) | outside(preds, num_classes))
         update.vouch = True
         return original(where(out, 0, preds.long()), where(out, -1, target.long()), num_classes)
 
@@ -128,7 +137,7 @@ def build_binary_curve_update(module: ModuleType) -> Callable[..., Any]:
         update = recorded()
         if update is None or thresholds is None:
             return original(preds, target, thresholds)
-        out = _left_out(update, _binary(target))
+        out = _left_out(update, not_binary(target))
         state = original(where(out, math.nan, preds), where(out, 0, target), thresholds)
         state[:, 0, 0] -= out.sum()
         return state
@@ -164,7 +173,7 @@ def _multiclass_curve(average: bool) -> Callable[[ModuleType], Callable[..., Any
                 state = original(where(out, math.nan, preds), where(out, 0, target), num_classes, thresholds, *extra)
                 state[:, 0, 0] -= out.sum()
                 return state
-            out = _left_out(update, _classes(target, num_classes))
+            out = _left_out(update, outside(target, num_classes))
             state = original(where(out.unsqueeze(1), math.nan, preds), where(out, 0, target), num_classes,
                              thresholds, *extra)
             n = out.sum()
@@ -203,18 +212,18 @@ def multilabel_codes(codes: Any, preds: Any, target: Any, fill: int, scores: Any
     update = recorded()
     if update is None:
         return codes[codes >= 0]
-    valid = _binary(target) if preds is None else _binary(target) & _binary(preds)
+    invalid = not_binary(target) if preds is None else not_binary(target) | not_binary(preds)
     ignored = target == fill
     marks = scores if scores is not None else preds
     if marks is not None and (marks.is_floating_point() or marks.dtype == target.dtype):
         ignored &= marks == fill  # a target of that value not marked by the formatter is invalid
-    update.bad(~(valid | ignored))
-    if codes.dim() == valid.dim() + 1:  # the curve's codes: one per threshold
-        valid = valid.unsqueeze(-1).expand_as(codes)
+    update.bad(invalid & ~ignored)
+    if codes.dim() == invalid.dim() + 1:  # the curve's codes: one per threshold
+        invalid = invalid.unsqueeze(-1).expand_as(codes)
     else:  # the confusion matrix's codes, flattened
-        valid = valid.reshape(codes.shape)
+        invalid = invalid.reshape(codes.shape)
     update.vouch = True
-    return codes.where(valid, -1).flatten()
+    return codes.masked_fill(invalid, -1).flatten()
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
