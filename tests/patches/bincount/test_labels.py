@@ -68,3 +68,16 @@ def test_binary_scores_check_the_target_alone_and_labels_both(checked):
     _check(make, torch.tensor([0.1, 0.9, 0.4, 0.2, 0.7, 0.6]), target, valid, 1, checked)
     checked.clear()
     _check(make, torch.tensor([0, 1, 1, 0, 1, 1]), target, valid, 2, checked)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8, torch.float32])
+def test_the_class_checks_agree_with_the_comparisons(dtype):
+    from tmpatch.patches.bincount.counting import not_binary, outside
+
+    values = [0, 1, 2, 3, 4, 5, 127] + ([] if dtype == torch.uint8 else [-1, -128])
+    x = torch.tensor(values).to(dtype)
+    if dtype.is_floating_point:
+        x = torch.cat([x, torch.tensor([float("nan"), 0.5])])
+    for count in (1, 2, 5, 200):
+        assert torch.equal(outside(x, count), ~((x >= 0) & (x < count))), count
+    assert torch.equal(not_binary(x), ~((x == 0) | (x == 1)))

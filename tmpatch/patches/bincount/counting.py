@@ -62,10 +62,12 @@ def _wide_int(dtype: Any) -> bool:
 
 
 def outside(x: Any, count: int) -> Any:
-    """Where ``x`` is not a class of ``[0, count)``: for int32/int64 tensors ``clamp`` and ``!=``
-    (two kernels; on a launch-bound GPU each costs host time), else two comparisons and an or."""
+    """Where ``x`` is not a class of ``[0, count)`` (NaN included): for int32/int64 tensors
+    ``clamp`` and ``!=`` (two kernels; on a launch-bound GPU each costs host time)."""
     if _wide_int(x.dtype) and 1 <= count <= 2 ** (8 * x.dtype.itemsize - 1):
         return x.clamp(0, count - 1) != x
+    if x.dtype.is_floating_point:
+        return ~((x >= 0) & (x < count))
     return (x < 0) | (x >= count)
 
 
