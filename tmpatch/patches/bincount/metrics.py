@@ -157,7 +157,9 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
                     return original(self, *args, **kwargs)
             if not active() or not recorded(self) or (curve and getattr(self, "thresholds", None) is None):
                 return original(self, *args, **kwargs)
-            token = current.set(Update(self, not curve and _scores(self, args)))
+            # the labels shortcut reads the instance's __dict__: not while compiling (a guard on every
+            # entry, the update count included, would recompile each step; a compiled step fuses anyway)
+            token = current.set(Update(self, not curve and not compiling() and _scores(self, args)))
             try:
                 return original(self, *args, **kwargs)
             finally:
