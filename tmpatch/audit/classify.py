@@ -37,9 +37,11 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._pytree import tree_flatten
 
 from tmpatch.audit.report import SyncKind
+from tmpatch.audit.support import torch_at_least
 
 aten = torch.ops.aten
 Found = Tuple[SyncKind, str]
@@ -63,7 +65,7 @@ _MASKED_FILLS = _ops("masked_fill", "masked_fill_")
 _LIFTS = _ops("lift_fresh", "lift_fresh_copy")
 
 #: whether CUDA ``multinomial`` reads its probabilities' check back to the host (before torch 2.6)
-MULTINOMIAL_READS = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 6)
+MULTINOMIAL_READS = not torch_at_least("2.6")
 
 #: linalg kernels that read their ``info`` back on CUDA whatever the arguments
 _LINALG_ALWAYS = {
@@ -210,8 +212,6 @@ def classify_all(func: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> List
     if not any(is_cuda(t) for t in tensors((args, kwargs))):
         return []
     if packet in _LIFTS:
-        from torch._subclasses.fake_tensor import FakeTensor
-
         made_on_gpu = bool(args) and is_cuda(args[0]) and not isinstance(args[0], FakeTensor)
         return [(SyncKind.H2D_COPY, "tensor made from host data on the GPU (torch.tensor, a list index)")] \
             if made_on_gpu else []

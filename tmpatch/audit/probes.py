@@ -17,6 +17,7 @@ import torch
 from tmpatch.audit import probe_fns as F
 from tmpatch.audit.classify import MULTINOMIAL_READS
 from tmpatch.audit.report import SyncKind as K
+from tmpatch.audit.support import torch_at_least
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,7 @@ READ, H2D, D2H, DDS = K.D2H_READ, K.H2D_COPY, K.D2H_COPY, K.DATA_DEPENDENT_SHAPE
 
 #: a CUDA build of torch before 2.5 makes a Python list index on the device itself (2.1.2 without a
 #: GPU: "Found no NVIDIA driver"), which stops a simulation there (README, limits): no such probe
-LIST_INDEX_SIMULATED = (torch.version.cuda is None
-                        or tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5))
+LIST_INDEX_SIMULATED = torch.version.cuda is None or torch_at_least("2.5")
 
 PROBES: Tuple[Probe, ...] = (
     Probe(F.item, (READ,)),

@@ -23,6 +23,17 @@ def torch_version() -> str:
     return str(torch.__version__).split("+", 1)[0]
 
 
+def torch_at_least(minimum: str) -> bool:
+    """Whether the installed torch is release ``minimum`` or later (pre-releases count as their
+    release; a version that cannot be read counts as new)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(torch_version()).release >= Version(minimum).release
+    except InvalidVersion:
+        return True
+
+
 def problem(version: Optional[str] = None) -> Optional[str]:
     """Why the audit cannot run on this torch (``version``: the installed one), or None."""
     from packaging.version import InvalidVersion, Version

@@ -63,11 +63,9 @@ def build_stat_scores_update(module: ModuleType) -> Callable[..., Any]:
             return original(preds, target, num_classes, top_k, average, multidim_average, ignore_index)
         labels = _labels(update, preds)
         invalid = outside(target, num_classes)
-        if not labels:
-            invalid = invalid | outside(preds, num_classes)
         if ignore_index is not None:
             update.ignored = target == ignore_index
-        out = _left_out(update, invalid)
+        out = _left_out(update, invalid if labels else invalid | outside(preds, num_classes))
         target, preds = where(out, -1, target.long()), preds.long() if labels else where(out, 0, preds.long())
         if average == "micro":  # each left-out position added one false positive and one false negative
             tp, fp, tn, fn = original(preds, target, num_classes, top_k, average, multidim_average, None)
@@ -90,13 +88,11 @@ def build_binary_confusion_update(module: ModuleType) -> Callable[..., Any]:
         update = recorded()
         if update is None:
             return original(preds, target)
-        if _labels(update, preds):  # thresholded scores; a left-out code 2 * target + preds is negative as it is
-            out = _left_out(update, not_binary(target))
-            update.vouch = True
-            return original(preds, where(out, -1, target.long()))
-        out = _left_out(update, not_binary(target) | not_binary(preds))
+        labels = _labels(update, preds)  # thresholded scores: a left-out code 2 * target + preds is negative as it is
+        invalid = not_binary(target)
+        out = _left_out(update, invalid if labels else invalid | not_binary(preds))
         update.vouch = True
-        return original(where(out, 0, preds.long()), where(out, -1, target.long()))
+        return original(preds if labels else where(out, 0, preds.long()), where(out, -1, target.long()))
 
     return _binary_confusion_matrix_update
 
@@ -113,13 +109,12 @@ def build_multiclass_confusion_update(module: ModuleType) -> Callable[..., Any]:
         update = recorded()
         if update is None or type(num_classes) is not int or preds.shape != target.shape:
             return original(preds, target, num_classes)
-        if _labels(update, preds):  # a left-out position's code target * n + preds is negative as it is
-            out = _left_out(update, outside(target, num_classes))
-            update.vouch = True
-            return original(preds.long(), where(out, -1, target.long()), num_classes)
-        out = _left_out(update, outside(target, num_classes) | outside(preds, num_classes))
+        labels = _labels(update, preds)  # argmax labels: a left-out code target * n + preds is negative as it is
+        invalid = outside(target, num_classes)
+        out = _left_out(update, invalid if labels else invalid | outside(preds, num_classes))
         update.vouch = True
-        return original(where(out, 0, preds.long()), where(out, -1, target.long()), num_classes)
+        return original(preds.long() if labels else where(out, 0, preds.long()), where(out, -1, target.long()),
+                        num_classes)
 
     return _multiclass_confusion_matrix_update
 
