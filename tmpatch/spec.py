@@ -25,6 +25,11 @@ Builder = Callable[[ModuleType], Callable[..., Any]]
 #: the attribute the engine reads a replacement's gate from (``tmpatch.engine.GATE``)
 GATE = "_tmpatch_gate"
 
+#: set to True on a function given to ``Module._apply`` that moves or casts each tensor
+#: and leaves its values as they were (the audit's move onto simulated CUDA): patches may
+#: carry what they know of a state's values across it, as across ``.to()``
+VALUE_MOVE = "_tmpatch_value_move"
+
 
 def gated(slot: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark a replacement as having nothing to do while ``slot.get()`` answers None (a

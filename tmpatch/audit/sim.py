@@ -16,6 +16,7 @@ from tmpatch.audit.continuation import Answers
 from tmpatch.audit.host import FakeHostViews
 from tmpatch.audit.recorder import SyncRecorder
 from tmpatch.audit.report import SyncPoint
+from tmpatch.spec import VALUE_MOVE
 
 log = logging.getLogger("tmpatch")
 
@@ -61,8 +62,13 @@ def to_sim_cuda(obj: Any, device: DeviceLike = "cuda:0") -> Any:
         if isinstance(value, torch.Tensor):
             return _fake_tensor(value, dev)
         if isinstance(value, torch.nn.Module):
-            return _move_module(value, lambda t: _fake_tensor(t, dev))
+            return _move_module(value, fake)
         return value
+
+    def fake(t: torch.Tensor) -> torch.Tensor:
+        return _fake_tensor(t, dev)
+
+    setattr(fake, VALUE_MOVE, True)  # a move: what a patch knows of a state's values holds after it
 
     return tree_map(move, obj)
 
