@@ -179,7 +179,7 @@ def test_counts_copied_or_loaded_on_the_cpu_are_known_before_the_move():
 
 
 def test_cpu_zeros_reads_only_plain_contiguous_cpu_tensors():
-    from tmpatch.patches.pearson_update import _cpu_zeros
+    from tmpatch.patches.pearson_update.knowledge import cpu_zeros as _cpu_zeros
 
     assert _cpu_zeros(torch.zeros(3), torch.Tensor)
     assert _cpu_zeros(torch.zeros(4)[1:], torch.Tensor)  # an offset into the storage
