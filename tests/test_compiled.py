@@ -102,3 +102,34 @@ def test_outside_runs_eagerly_and_nothing_it_touches_is_guarded():
             step(torch.zeros(1))
     assert box.count == 4
     assert any("bump" in reason for reason in counters["graph_break"])
+
+
+def test_compiling_before_dynamo_is_imported_reads_torchs_flag_and_follows_its_import():
+    """Before ``torch._dynamo`` is imported, compiling() is torch.compiler's flag (an attribute read);
+    once it is imported (after a partial revert too), torch's check again, and tracing sees True."""
+    from tests.conftest import run_python
+
+    run_python("""
+        import sys, torch, tmpatch, torchmetrics
+        from tmpatch import compiled
+        from tmpatch.compiled import ContextSlot
+        assert "torch._dynamo" not in sys.modules
+        tmpatch.apply()
+        tmpatch.revert(["bincount"])  # a partial revert keeps the hook that follows dynamo's import
+        slot = ContextSlot("probe")
+        slot.set(1)
+        flags = getattr(torch, "compiler", None)
+        if hasattr(flags, "_is_compiling_flag"):
+            assert compiled._state.dynamo_absent and compiled.compiling() is False and slot.get() == 1
+            flags._is_compiling_flag = True
+            assert compiled.compiling() is True and slot.get() is None  # the traced slot
+            flags._is_compiling_flag = False
+        import torch._dynamo
+        assert not compiled._state.dynamo_absent and compiled.compiling() is False
+        seen = []
+        def probe(x):
+            seen.append(compiled.compiling())
+            return x + 1
+        torch.compile(probe, backend="eager")(torch.zeros(1))
+        assert seen == [True], seen
+    """)

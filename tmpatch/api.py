@@ -160,6 +160,7 @@ def _arm(patch: Patch) -> None:
 
 def _disarm_unused() -> None:
     needed = {t.module for name in _pending for t in _here(catalogue.load(name))}
+    needed.add(compiled.DYNAMO)  # the patches still applied need torch.compile's pieces bound on its import
     for module_name in _engine.armed():
         if module_name not in needed:
             _engine.disarm(module_name)

@@ -29,15 +29,27 @@ def _never() -> bool:
     return False
 
 
-class _State:
-    """Bound once torch (and, for some pieces, torch._dynamo) is loaded."""
+class _NoFlag:
+    _is_compiling_flag = False
 
-    __slots__ = ("is_compiling", "dynamic_ints", "dynamo_bound")
+
+class _State:
+    """Bound once torch (and, for some pieces, torch._dynamo) is loaded.
+
+    ``dynamo_absent``: :func:`prepare` found ``torch._dynamo`` not imported, and it has not
+    been since (its post-import hook clears it). Nothing can be tracing then but a
+    non-strict ``torch.export``, which sets ``torch.compiler._is_compiling_flag``: that
+    flag alone is torch's answer (``is_compiling()`` reads it, with no dynamo to ask).
+    An attribute read instead of three calls, on paths every ``update()`` takes."""
+
+    __slots__ = ("is_compiling", "dynamic_ints", "dynamo_bound", "dynamo_absent", "flags")
 
     def __init__(self) -> None:
         self.is_compiling: Callable[[], bool] = _never
         self.dynamic_ints: Callable[[], Any] = contextlib.nullcontext
         self.dynamo_bound = False
+        self.dynamo_absent = False
+        self.flags: Any = _NoFlag
 
 
 _state = _State()
@@ -46,7 +58,8 @@ _outsides: List["Outside"] = []
 
 def compiling() -> bool:
     """Whether torch.compile is tracing the caller (False in eager code)."""
-    return _state.is_compiling()
+    state = _state
+    return state.flags._is_compiling_flag if state.dynamo_absent else state.is_compiling()
 
 
 def dynamic_ints() -> Any:
@@ -100,7 +113,8 @@ class ContextSlot:
         self.traced: Any = None
 
     def get(self) -> Any:
-        if _state.is_compiling():  # compiling(), without its call: get() is on hot paths
+        state = _state  # compiling(), without its call: get() is on hot paths
+        if state.flags._is_compiling_flag if state.dynamo_absent else state.is_compiling():
             return self.traced
         return self._var.get()
 
@@ -120,15 +134,19 @@ class ContextSlot:
 def _bind_torch() -> None:
     import torch
 
-    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    compiler = getattr(torch, "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
     if check is not None:
         _state.is_compiling = check
+        if hasattr(compiler, "_is_compiling_flag"):
+            _state.flags = compiler
     elif DYNAMO in sys.modules:
         _state.is_compiling = sys.modules[DYNAMO].is_compiling  # torch < 2.3
 
 
 def on_dynamo(module: Any) -> None:
     """Post-import hook of ``torch._dynamo``: bind the pieces that need it."""
+    _state.dynamo_absent = False
     _bind_torch()
     patch = getattr(getattr(module, "decorators", None), "patch_dynamo_config", None)
     allowed = getattr(getattr(module, "decorators", None), "_allowed_config_patches", ())
@@ -149,3 +167,5 @@ def prepare(arm: Callable[[str, Callable[[Any], None]], None]) -> None:
             on_dynamo(sys.modules[DYNAMO])
     else:
         arm(DYNAMO, on_dynamo)
+        # the flag stands for torch's check only where is_compiling() reads it (torch 2.3+)
+        _state.dynamo_absent = DYNAMO not in sys.modules and _state.flags is not _NoFlag

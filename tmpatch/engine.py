@@ -44,6 +44,9 @@ Replacement = Callable[..., Any]
 
 #: the attribute of a replacement that holds its gate (module docstring)
 GATE = "_tmpatch_gate"
+#: the attribute of a replacement that holds the function it runs, called with the target's
+#: arguments alone (an edited copy of the original's code): the wrapper calls that directly
+DIRECT = "_tmpatch_direct"
 
 
 @dataclass
@@ -56,6 +59,7 @@ class Layer:
     active: bool = False
     replacement: Any = None
     gate: Any = None  # the replacement's gate (GATE), if it has one
+    call: Any = None  # the replacement with the original bound, or its DIRECT function
     places: List[Place] = field(default_factory=list)
     residue: str = ""
     #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
@@ -64,6 +68,7 @@ class Layer:
     def give(self, replacement: Replacement) -> None:
         """Make ``replacement`` the one the wrapper calls, with its gate (``GATE``), if any."""
         self.replacement, self.gate = replacement, getattr(replacement, GATE, None)
+        self.call = getattr(replacement, DIRECT, None) or functools.partial(replacement, self.original)
 
 
 class Engine:
@@ -187,12 +192,12 @@ class Engine:
         if method:
             def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
                 if layer.active and (layer.gate is None or layer.gate.get() is not None):
-                    return layer.replacement(original, self, *args, **kwargs)
+                    return layer.call(self, *args, **kwargs)
                 return original(self, *args, **kwargs)
         else:
             def wrapper(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
                 if layer.active and (layer.gate is None or layer.gate.get() is not None):
-                    return layer.replacement(original, *args, **kwargs)
+                    return layer.call(*args, **kwargs)
                 return original(*args, **kwargs)
         functools.update_wrapper(wrapper, original)  # name, qualname, module, doc, __wrapped__
         wrapper._self_tmpatch_key = layer.key  # type: ignore[attr-defined]  # marks tmpatch's own layer

@@ -7,6 +7,7 @@ functions found; :mod:`tmpatch.api` keeps the state and calls the engine.
 """
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -14,7 +15,7 @@ from tmpatch import rewrite, spec
 from tmpatch.engine import PatchError
 from tmpatch.fingerprint import FingerprintError, fingerprint
 from tmpatch.report import State
-from tmpatch.spec import Patch, Rewrite, Target, Variant
+from tmpatch.spec import Patch, Requirement, Rewrite, Target, Variant
 
 Found = List[Tuple[Target, Variant]]
 
@@ -47,11 +48,31 @@ def recognise(patch: Patch, release: Optional[str], original: Callable[[Target],
         if variant is None:
             return State.MISMATCH, f"code of {target.qualname} not recognised (fingerprint {code}); left alone", []
         found.append((target, variant))
+    for requirement in patch.relies_on if found else ():
+        problem = _unrecognised(requirement)
+        if problem:
+            return State.MISMATCH, problem, []
     if not found:
         return State.NOT_NEEDED, f"nothing to repair: {release} has none of its targets ({patch.upstream})", found
     if all(variant.fixed for _, variant in found):
         return State.NOT_NEEDED, f"upstream fix present (code of {common(found)})", found
     return State.APPLIED, f"code of {common(found)} recognised", found
+
+
+def _unrecognised(requirement: Requirement) -> str:
+    """Why the code ``requirement`` names is not code the patch was written for ('' if it is)."""
+    obj: Any = sys.modules.get(requirement.module)
+    for part in requirement.qualname.split(".") if obj is not None else ():
+        obj = getattr(obj, part, None)
+    if obj is None:
+        return "" if None in requirement.fingerprints else f"relies on {requirement.path}, which is absent; left alone"
+    try:
+        code = fingerprint(obj)
+    except FingerprintError as exc:
+        return f"relies on {requirement.path}: {exc}; left alone"
+    if code not in requirement.fingerprints:
+        return f"relies on {requirement.path}, whose code is not recognised (fingerprint {code}); left alone"
+    return ""
 
 
 def common(found: Found) -> str:

@@ -177,4 +177,5 @@ def replacement(original: Callable[..., Any], module: Any, rewrites: Sequence[An
         return edited(*args, **kwargs)
 
     run.edited = edited  # type: ignore[attr-defined]
+    run._tmpatch_direct = edited  # type: ignore[attr-defined]  # the engine calls it without run's frame
     return run

@@ -150,6 +150,21 @@ class Target:
         return None
 
 
+@dataclass(frozen=True)
+class Requirement:
+    """Code outside the release that a repair relies on (torch's own, say): the function
+    ``module.qualname`` must have one of ``fingerprints``, else the patch is left alone as
+    not recognised. ``None`` among them: the function may be absent."""
+
+    module: str
+    qualname: str
+    fingerprints: Tuple[Optional[str], ...]
+
+    @property
+    def path(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
 #: label categories: why a sync point is there
 INHERENT = "inherent"  #: no implementation of the call can avoid it
 VALIDATION = "validation"  #: input validation the user asked for (validate_args=True)
@@ -206,6 +221,8 @@ class Patch:
     changes: str = ""
     labels: Tuple[Label, ...] = field(default=())
     requires: Tuple[str, ...] = field(default=())
+    #: code outside the release the repair relies on, recognised by fingerprint like the targets
+    relies_on: Tuple[Requirement, ...] = field(default=())
     #: called after the patch is applied / reverted (host-side bookkeeping, nothing wrapped)
     after_apply: Optional[Callable[[], None]] = None
     after_revert: Optional[Callable[[], None]] = None

@@ -49,6 +49,7 @@ NAMES = (
     "pit_permutations",
     "sdr_solve",
     "compiled_update",
+    "metric_setattr",
 )
 
 _loaded: Dict[str, Patch] = {}

@@ -71,7 +71,7 @@ def _classes_valid(values: Any, low: int, high: int, ignore: Any) -> bool:
 
 def cpu_way(metric: Any, args: tuple, kwargs: dict, curve: bool) -> int:
     """How ``update(preds, target)`` of ``metric`` may run on the CPU (module docstring);
-    ``curve``: a precision-recall curve's update."""
+    ``curve``: a precision-recall curve's update. On every CPU update: plain attribute reads."""
     if len(args) != 2 or kwargs:
         return RECORDED
     preds, target = args
@@ -80,26 +80,27 @@ def cpu_way(metric: Any, args: tuple, kwargs: dict, curve: bool) -> int:
         return RECORDED
     # read from the instance (torchmetrics sets them there): a missing attribute on an nn.Module
     # costs an exception; one not found here only makes the way stricter, never looser
-    attributes = metric.__dict__
-    if curve and "thresholds" in attributes and attributes["thresholds"] is None:
+    get = metric.__dict__.get
+    if curve and "thresholds" in metric.__dict__ and get("thresholds") is None:
         return RELEASE  # unbinned (binned thresholds are a buffer, not in __dict__): never recorded
-    ignore = attributes.get("ignore_index")
+    ignore = get("ignore_index")
     if ignore is not None and type(ignore) is not int:
         return RECORDED
-    classes = attributes.get("num_classes")
+    classes = get("num_classes")
     scores = preds.is_floating_point()
-    first = (_FIRST and target.dtype in _INTEGRAL and attributes.get("validate_args") is False
+    first = (_FIRST and target.dtype in _INTEGRAL and get("validate_args") is False
              and not _DETERMINISTIC())
     if classes is not None:  # multiclass
         if type(classes) is not int or classes < 1:
             return RECORDED
-        top_k = attributes.get("top_k")  # stat scores only
-        if top_k is not None and (top_k != 1 or attributes.get("multidim_average") != "global"):
+        top_k = get("top_k")  # stat scores only
+        if top_k is not None and (top_k != 1 or get("multidim_average") != "global"):
             return RELEASE  # the one-hot branches: neither removal nor _bincount
         if scores:
-            if preds.dim() != target.dim() + 1 or preds.dim() < 2 or preds.shape[1] != classes:
+            dims = preds.ndim
+            if dims != target.ndim + 1 or dims < 2 or preds.size(1) != classes:
                 return RECORDED
-            if first and attributes.get("average") != "micro" and (
+            if first and get("average") != "micro" and (
                     not curve or preds.numel() * classes <= MULTICLASS_CURVE_CUT):
                 return RELEASE_FIRST
         elif curve or preds.shape != target.shape or not _classes_valid(preds, 0, classes, None):
@@ -107,7 +108,7 @@ def cpu_way(metric: Any, args: tuple, kwargs: dict, curve: bool) -> int:
         return CHECKED if _classes_valid(target, 0, classes, ignore) else RECORDED
     if preds.shape != target.shape:  # binary and multilabel
         return RECORDED
-    if first and "num_labels" not in attributes and (
+    if first and "num_labels" not in metric.__dict__ and (
             (curve and preds.numel() <= BINARY_CURVE_CUT) or (scores and not curve)):
         return RELEASE_FIRST
     if not scores and not _classes_valid(preds, 0, 2, None):
@@ -139,7 +140,7 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
 
         Tensor, _AMINMAX = torch.Tensor, torch.aminmax
         _INTEGRAL = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
-        _DETERMINISTIC = torch.are_deterministic_algorithms_enabled
+        _DETERMINISTIC = getattr(torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled)
         _FIRST = not getattr(sys.modules.get("torchmetrics.utilities.data"), "_XLA_AVAILABLE", True)
         recorded = RECORD.deferred
 

@@ -1,0 +1,156 @@
+"""metric_setattr: plain stores where nn.Module.__setattr__ ends in one, the release's chain elsewhere."""
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+
+import pytest
+import torch
+
+import tmpatch
+from tests.conftest import assert_bitwise, torchmetrics_release
+from tmpatch import gating
+from tmpatch.patches import metric_setattr
+from tmpatch.report import State
+from tmpatch.spec import Requirement
+from torchmetrics import MeanMetric, Metric
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+
+RELEASE_SETATTR = Metric.__setattr__
+
+
+def _row():
+    return next(r for r in tmpatch.apply(["metric_setattr"]) if r.name == "metric_setattr")
+
+
+def _module_setattr_calls(run):
+    """The names ``run()`` assigns through torch's Module.__setattr__ (counted by a wrapper put
+    there after apply: the patch reads that function's fingerprint when it is applied)."""
+    calls = []
+    module_setattr = torch.nn.Module.__setattr__
+
+    def counting(self, name, value):
+        calls.append(name)
+        module_setattr(self, name, value)
+
+    torch.nn.Module.__setattr__ = counting
+    try:
+        run()
+    finally:
+        torch.nn.Module.__setattr__ = module_setattr
+    return calls
+
+
+def test_update_assigns_without_module_setattr():
+    preds, target = torch.rand(16, 5).softmax(1), torch.randint(0, 5, (16,))
+    metrics = [MulticlassConfusionMatrix(num_classes=5), MeanMetric()]
+
+    def run():
+        metrics[0].update(preds, target)
+        metrics[1].update(torch.rand(4))
+
+    unpatched_calls = _module_setattr_calls(run)  # MeanMetric's state names differ by release
+    assert {"_computed", "_update_count", "confmat", "weight"} <= set(unpatched_calls) and len(unpatched_calls) >= 7
+    unpatched = metrics[0].confmat.clone()
+    assert _row().state == State.APPLIED
+    assert _module_setattr_calls(run) == []
+    assert_bitwise(metrics[0].confmat, 2 * unpatched)
+    assert metrics[0]._update_count == metrics[1]._update_count == 2
+
+
+def _sequence(metric, batches):
+    out = []
+    for preds, target in batches:
+        out.append(metric(preds, target))
+        metric.update(preds, target)
+    out.append(metric.compute())
+    return out
+
+
+def test_results_states_and_pickles_are_the_releases():
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.rand(8, 4, generator=g).softmax(1), torch.randint(0, 4, (8,), generator=g)) for _ in range(3)]
+    upstream = MulticlassAccuracy(num_classes=4, average=None)
+    expected = _sequence(upstream, batches)
+    tmpatch.apply(["metric_setattr"])
+    patched = MulticlassAccuracy(num_classes=4, average=None)
+    for got, want in zip(_sequence(patched, batches), expected):
+        assert_bitwise(got, want)
+    assert patched.state_dict().keys() == upstream.state_dict().keys()
+    assert set(vars(patched)) == set(vars(upstream))
+    assert patched._update_count == upstream._update_count and patched._computed is not None
+    clone = pickle.loads(pickle.dumps(patched))
+    assert_bitwise(clone.tp, patched.tp)
+
+
+class _Odd(MeanMetric):
+    """A subclass with a property, a class constant and a name set before Module.__init__."""
+
+    level = 3
+
+    def __init__(self) -> None:
+        self.early = 1
+        self.early = 2
+        super().__init__()
+        self._shown = 0
+
+    @property
+    def shown(self) -> int:
+        return self._shown
+
+    @shown.setter
+    def shown(self, value: int) -> None:
+        self._shown = value * 10
+
+
+def _assignments(metric):
+    """Assignments through every branch of the release's chain; what each leaves."""
+    seen = []
+    for name, value in [
+        ("shown", 2), ("level", 4), ("early", 5), ("_update_count", 7), ("fresh", 1),
+        ("weights", torch.nn.Parameter(torch.ones(2))), ("child", torch.nn.Linear(1, 1)),
+    ]:
+        setattr(metric, name, value)
+        seen.append((name, type(getattr(metric, name)).__name__))
+    metric.register_buffer("kept", torch.zeros(1))
+    metric.kept = torch.ones(1)
+    marked = torch.zeros(1)
+    marked._is_param = True  # torch takes it for a Parameter
+    try:
+        metric.marked = marked
+        seen.append(("marked", "set"))
+    except TypeError as exc:  # an unregistered "Parameter"
+        seen.append(("marked", str(exc)))
+    for const in ("higher_is_better", "full_state_update"):
+        with pytest.raises(RuntimeError, match="Can't change const"):
+            setattr(metric, const, True)
+    seen.append(("kept", "kept" in metric._buffers))
+    seen.append(("params", sorted(metric._parameters)))
+    seen.append(("modules", sorted(metric._modules)))
+    seen.append(("dict", sorted(k for k in vars(metric) if not k.startswith("_"))))
+    seen.append(("shown", metric._shown, type(metric).level, metric.level, metric.early))
+    return seen
+
+
+def test_every_other_assignment_takes_the_releases_path():
+    expected = _assignments(_Odd())
+    assert _row().state == State.APPLIED
+    assert _assignments(_Odd()) == expected
+
+
+def test_revert_puts_the_release_back():
+    _row()
+    assert Metric.__setattr__ is not RELEASE_SETATTR
+    tmpatch.revert()
+    assert Metric.__setattr__ is RELEASE_SETATTR
+
+
+def test_unrecognised_torch_code_leaves_the_patch_alone():
+    patch = metric_setattr.PATCH
+    odd = replace(patch, relies_on=(Requirement("torch.nn.modules.module", "Module.__setattr__", ("0" * 16,)),))
+    state, reason, _ = gating.recognise(odd, str(torchmetrics_release()), lambda target: RELEASE_SETATTR)
+    assert state == State.MISMATCH and "Module.__setattr__" in reason and "not recognised" in reason
+    state, _, _ = gating.recognise(patch, str(torchmetrics_release()), lambda target: RELEASE_SETATTR)
+    assert state == State.APPLIED
+    absent = replace(patch, relies_on=(Requirement("torch.nn.parameter", "_NoSuchMeta.__instancecheck__", (None,)),))
+    assert gating.recognise(absent, str(torchmetrics_release()), lambda target: RELEASE_SETATTR)[0] == State.APPLIED

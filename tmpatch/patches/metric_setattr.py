@@ -1,0 +1,118 @@
+"""metric_setattr: a metric's attribute assignments without ``nn.Module.__setattr__``'s work
+where it ends in a plain store.
+
+Defect (host time; every release, not fixed upstream): every ``update()`` assigns
+``self._computed = None``, ``self._update_count += 1`` (``Metric._wrap_update``) and each
+state it accumulates (``self.tp += tp``), and ``forward()`` more of them. Each assignment
+runs ``Metric.__setattr__`` (a check of six constant names), then ``nn.Module.__setattr__``
+(its parameter, module and buffer branches, with the ``isinstance`` checks of
+``Parameter`` and ``Buffer``, whose metaclasses run Python ``__instancecheck__``): four
+Python frames for what ends as ``object.__setattr__``. On a small CPU update that is about
+a fifth of its host time (MulticlassConfusionMatrix, 64 rows: 9 of 45 us), and on a
+launch-bound GPU step host time is step time.
+
+Repair: ``Metric.__setattr__`` stores the value in the instance's ``__dict__`` directly
+where the release's chain provably does exactly that, and runs the release's
+``__setattr__`` everywhere else. The store is taken only when
+
+* not inside ``torch.compile`` (dynamo traces the release's assignment);
+* the value is ``None``, a ``bool``, ``int`` or ``float``, or a plain ``torch.Tensor``
+  (that type exactly) with no attributes of its own (so neither ``Parameter`` nor
+  ``Buffer``: their metaclass checks read an ``_is_param`` / ``_is_buffer`` attribute);
+* the name is already an instance attribute, not a parameter, buffer or submodule, and
+  not an attribute of the class or its bases (no property or other descriptor there, and
+  none of the constants ``Metric.__setattr__`` protects, which are class attributes).
+
+The release's own ``__setattr__`` then adds nothing to the store: that is read from
+torch's code, so torch's ``Module.__setattr__`` and the two metaclass checks are
+recognised by fingerprint (torch 2.1.2, 2.5.1, 2.13.0); with another torch the patch is
+left alone (not recognised). No result, state, error or warning changes.
+
+Releases: 1.0.0-1.9.0 (one implementation of ``Metric.__setattr__``).
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+from types import ModuleType
+from typing import Any, Callable, Dict, Set
+
+from tmpatch.compiled import compiling
+from tmpatch.spec import Patch, Requirement, Target, Variant, since, span
+
+#: torch's code the store stands for: what ``nn.Module.__setattr__`` does with a value that is
+#: neither a Parameter, a Module nor a Buffer, under a name that is none of theirs
+_TORCH = (
+    Requirement("torch.nn.modules.module", "Module.__setattr__",
+                ("2406e9aaa6d917fc", "49bd5f5bf54f09de", "eeeb8065cd4a2d65")),  # 2.1.2, 2.5.1, 2.13.0
+    Requirement("torch.nn.parameter", "_ParameterMeta.__instancecheck__",
+                ("b7a04729bfdabf3b", "b4131a01db821147", "b3f4c8268a199dd0")),
+    Requirement("torch.nn.parameter", "_BufferMeta.__instancecheck__",
+                (None, "2a949c272f244fe0", "fb0ff7ff0f8e118a")),  # torch 2.5+ has Buffer
+)
+
+
+#: per class (weakly held), the names found on neither the class nor its bases: a lookup that
+#: misses costs an AttributeError inside ``getattr`` (240 ns), once per class and name here
+_FREE: Dict["weakref.ref[type]", Set[str]] = {}
+_MISSING = object()
+_DYNAMO = "torch._dynamo"
+
+
+def _free(cls: type, name: str) -> bool:
+    """Whether ``name`` is no attribute of ``cls`` or its bases (so no descriptor, no constant)."""
+    if getattr(cls, name, _MISSING) is not _MISSING:
+        return False
+    free = _FREE.get(weakref.ref(cls))
+    if free is None:
+        free = _FREE[weakref.ref(cls, lambda ref: _FREE.pop(ref, None))] = set()
+    free.add(name)
+    return True
+
+
+def build(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.__setattr__``: the plain store where the release's chain ends in one."""
+    import torch
+
+    tensor = torch.Tensor
+    plain = frozenset({type(None), bool, int, float})
+    empty: dict = {}
+    modules, ref = sys.modules, weakref.ref
+    if any(hasattr(tensor, name) for name in ("_is_param", "_is_buffer")):
+        raise RuntimeError("torch.Tensor has a class attribute _is_param or _is_buffer")
+
+    # not named __setattr__: dynamo inlines a function of that name only when its first
+    # argument is the object (here it is the release's function)
+    def assign(original: Callable, self: Any, name: str, value: Any) -> None:
+        kind = type(value)
+        # no torch.compile can be tracing before torch._dynamo is imported (a dict lookup, not a call)
+        if (kind in plain or kind is tensor) and (_DYNAMO not in modules or not compiling()):
+            attributes = self.__dict__
+            free = _FREE.get(ref(type(self)), empty)
+            if (name in attributes and (kind is not tensor or not value.__dict__)
+                    and (name in free or _free(type(self), name))
+                    and name not in attributes.get("_parameters", empty)
+                    and name not in attributes.get("_buffers", empty)
+                    and name not in attributes.get("_modules", empty)):
+                attributes[name] = value
+                return None
+        return original(self, name, value)
+
+    return assign
+
+
+PATCH = Patch(
+    name="metric_setattr",
+    summary="every update() assigns its count, its cache flag and each state through nn.Module.__setattr__: "
+            "four Python frames per assignment for a plain store",
+    known=since("1.0.0"),
+    upstream="not fixed upstream (host time only; no sync)",
+    relies_on=_TORCH,
+    targets=(
+        Target(
+            module="torchmetrics.metric",
+            qualname="Metric.__setattr__",
+            variants=(Variant(span("1.0.0", "1.9.0"), "0d04ad13fbd10ca1", build),),
+        ),
+    ),
+)
