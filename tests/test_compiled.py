@@ -121,11 +121,13 @@ def test_compiling_before_dynamo_is_imported_reads_torchs_flag_and_follows_its_i
         flags = getattr(torch, "compiler", None)
         if hasattr(flags, "_is_compiling_flag"):
             assert compiled._state.dynamo_absent and compiled.compiling() is False and slot.get() == 1
-            flags._is_compiling_flag = True
-            assert compiled.compiling() is True and slot.get() is None  # the traced slot
+            flags._is_compiling_flag = True  # a non-strict torch.export: Python runs eagerly
+            assert compiled.compiling() is True and slot.get() == 1  # the ContextVar still
             flags._is_compiling_flag = False
+            assert slot.get == slot._var.get  # no Python frame
         import torch._dynamo
         assert not compiled._state.dynamo_absent and compiled.compiling() is False
+        assert slot.get() == 1 and slot.get != slot._var.get
         seen = []
         def probe(x):
             seen.append(compiled.compiling())

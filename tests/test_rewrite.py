@@ -1,6 +1,7 @@
 """tmpatch.rewrite: a function's own code with some statements edited, on toy modules."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import sys
@@ -259,3 +260,23 @@ def test_replacement_joins_the_edits_of_several_rewrites(toy):
         replacement(toy.target, toy, [first, clash])
     with pytest.raises(RewriteError, match="not found"):  # two rewrites editing the same statement
         replacement(toy.target, toy, [second, Rewrite((Edit("total = x + y + z", "total = 0"),))])
+
+
+def _guarded(x):
+    total = 0
+    with contextlib.suppress(ZeroDivisionError):
+        total = 10 // x
+        total += 1
+    return total
+
+
+def test_a_compound_statement_with_an_ellipsis_body_matches_any_body_and_is_spliced():
+    edit = Edit("with contextlib.suppress(ZeroDivisionError):\n    ...\n",
+                "if _tmpatch_plain(x):\n    __tmpatch_body__\nelse:\n"
+                "    with contextlib.suppress(ZeroDivisionError):\n        __tmpatch_body__\n")
+    edited = rewrite(_guarded, [edit], {"_tmpatch_plain": lambda x: x != 0})
+    assert [edited(x) for x in (1, 2, 0)] == [_guarded(x) for x in (1, 2, 0)] == [11, 6, 0]
+    with pytest.raises(RewriteError, match="__tmpatch_body__"):
+        rewrite(_guarded, [Edit("total = 0\n", "__tmpatch_body__\n")])
+    with pytest.raises(RewriteError, match="not found"):
+        rewrite(_guarded, [Edit("with contextlib.suppress(ValueError):\n    ...\n", "pass\n")])

@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import logging
 import sys
+import weakref
 from typing import Any, Callable, List, Optional
 
 log = logging.getLogger("tmpatch")
@@ -104,22 +105,27 @@ class ContextSlot:
     slot while torch.compile traces (dynamo cannot trace a ContextVar; the graph never
     reads the slot: dynamo resolves it while tracing and writes the last value back).
     A value set in compiled code is not seen by eager code running in the middle of it
-    (a frame dynamo gave up on), and is shared by threads while it is set."""
+    (a frame dynamo gave up on), and is shared by threads while it is set.
 
-    __slots__ = ("_var", "traced")
+    While ``torch._dynamo`` is not imported nothing can trace, and ``get`` is the
+    ContextVar's own (a C call, no Python frame: the engine's gated layers ask it on
+    every call of their targets); its post-import hook puts the checking ``get`` back."""
+
+    __slots__ = ("_var", "traced", "get", "__weakref__")
 
     def __init__(self, name: str) -> None:
         self._var: "contextvars.ContextVar[Any]" = contextvars.ContextVar(name, default=None)
         self.traced: Any = None
+        self.get: Callable[[], Any] = self._var.get if _state.dynamo_absent else self._get
+        _slots.add(self)
 
-    def get(self) -> Any:
-        state = _state  # compiling(), without its call: get() is on hot paths
-        if state.flags._is_compiling_flag if state.dynamo_absent else state.is_compiling():
+    def _get(self) -> Any:
+        if _traced():
             return self.traced
         return self._var.get()
 
     def set(self, value: Any) -> Any:
-        if compiling():
+        if _traced():
             token, self.traced = (self.traced,), value  # a tuple: never a contextvars.Token
             return token
         return self._var.set(value)
@@ -129,6 +135,23 @@ class ContextSlot:
             self.traced = token[0]
         else:
             self._var.reset(token)
+
+
+#: every slot, to switch its ``get`` when torch._dynamo's presence changes
+_slots: "weakref.WeakSet[ContextSlot]" = weakref.WeakSet()
+
+
+def _traced() -> bool:
+    """Whether a slot is to use its plain value: dynamo is tracing (without dynamo, even a
+    non-strict ``torch.export`` runs Python eagerly, where the ContextVar works)."""
+    return not _state.dynamo_absent and _state.is_compiling()
+
+
+def _absent(absent: bool) -> None:
+    """Record whether torch._dynamo is absent, and give every slot the ``get`` for that."""
+    _state.dynamo_absent = absent
+    for slot in list(_slots):
+        slot.get = slot._var.get if absent else slot._get
 
 
 def _bind_torch() -> None:
@@ -146,7 +169,7 @@ def _bind_torch() -> None:
 
 def on_dynamo(module: Any) -> None:
     """Post-import hook of ``torch._dynamo``: bind the pieces that need it."""
-    _state.dynamo_absent = False
+    _absent(False)
     _bind_torch()
     patch = getattr(getattr(module, "decorators", None), "patch_dynamo_config", None)
     allowed = getattr(getattr(module, "decorators", None), "_allowed_config_patches", ())
@@ -168,4 +191,4 @@ def prepare(arm: Callable[[str, Callable[[Any], None]], None]) -> None:
     else:
         arm(DYNAMO, on_dynamo)
         # the flag stands for torch's check only where is_compiling() reads it (torch 2.3+)
-        _state.dynamo_absent = DYNAMO not in sys.modules and _state.flags is not _NoFlag
+        _absent(DYNAMO not in sys.modules and _state.flags is not _NoFlag)

@@ -7,7 +7,9 @@ qualname) and a replacement, and it
   calls the replacement while the layer is active and the original once it is not;
   a replacement that carries a gate (attribute ``_tmpatch_gate``: an object whose
   ``get()`` answers None when the replacement has nothing to do) is called only when
-  the gate answers something, so a pass-through costs no call of its own;
+  the gate answers something, so a pass-through costs no call of its own; a replacement
+  that carries its function (attribute ``_tmpatch_direct``: an edited copy of the
+  original's code, which takes the target's arguments) has that called directly;
 * puts the wrapper in every place that held the original: the owner's
   attribute, every module that bound the name with ``from ... import``, and
   default arguments of functions in the target's package;
@@ -59,7 +61,7 @@ class Layer:
     active: bool = False
     replacement: Any = None
     gate: Any = None  # the replacement's gate (GATE), if it has one
-    call: Any = None  # the replacement with the original bound, or its DIRECT function
+    call: Any = None  # the replacement's DIRECT function, if it has one
     places: List[Place] = field(default_factory=list)
     residue: str = ""
     #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
@@ -68,7 +70,7 @@ class Layer:
     def give(self, replacement: Replacement) -> None:
         """Make ``replacement`` the one the wrapper calls, with its gate (``GATE``), if any."""
         self.replacement, self.gate = replacement, getattr(replacement, GATE, None)
-        self.call = getattr(replacement, DIRECT, None) or functools.partial(replacement, self.original)
+        self.call = getattr(replacement, DIRECT, None)
 
 
 class Engine:
@@ -192,12 +194,16 @@ class Engine:
         if method:
             def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
                 if layer.active and (layer.gate is None or layer.gate.get() is not None):
-                    return layer.call(self, *args, **kwargs)
+                    if layer.call is not None:
+                        return layer.call(self, *args, **kwargs)
+                    return layer.replacement(original, self, *args, **kwargs)
                 return original(self, *args, **kwargs)
         else:
             def wrapper(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
                 if layer.active and (layer.gate is None or layer.gate.get() is not None):
-                    return layer.call(*args, **kwargs)
+                    if layer.call is not None:
+                        return layer.call(*args, **kwargs)
+                    return layer.replacement(original, *args, **kwargs)
                 return original(*args, **kwargs)
         functools.update_wrapper(wrapper, original)  # name, qualname, module, doc, __wrapped__
         wrapper._self_tmpatch_key = layer.key  # type: ignore[attr-defined]  # marks tmpatch's own layer

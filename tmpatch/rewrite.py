@@ -5,7 +5,9 @@ formatter), wrapping the function cannot remove it and a copy of its body would 
 code tmpatch has not fingerprinted in the release's place. :func:`rewrite` takes the
 function's source as installed, replaces the statements an :class:`Edit` names
 (matched on their syntax tree, so formatting and comments do not matter; each must be
-found exactly once) and compiles the result in the function's own module namespace,
+found exactly once; a compound statement whose body is ``...`` matches any body, which
+the replacement places where it has a ``__tmpatch_body__`` statement, as often as it
+likes) and compiles the result in the function's own module namespace,
 with its defaults, name and line numbers (tracebacks point at the release's file). The
 rest of the function is the release's code, unchanged. Knows nothing of torchmetrics.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import __future__
 import ast
+import copy
 import inspect
 import textwrap
 import types
@@ -43,6 +46,42 @@ def _same(a: ast.AST, b: ast.AST) -> bool:
     return ast.dump(a, annotate_fields=False) == ast.dump(b, annotate_fields=False)
 
 
+#: in an edit's replacement, the statement that stands for the body a ``...`` body matched
+BODY = "__tmpatch_body__"
+
+
+def _any_body(pattern: ast.AST) -> bool:
+    """A compound statement of ``find`` whose body is ``...``: it matches any body."""
+    body = getattr(pattern, "body", None)
+    return (isinstance(body, list) and len(body) == 1 and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant) and body[0].value.value is Ellipsis)
+
+
+def _matches(node: ast.AST, pattern: ast.AST) -> bool:
+    if not _any_body(pattern):
+        return _same(node, pattern)
+    if type(node) is not type(pattern):
+        return False
+    head, want = copy.copy(node), copy.copy(pattern)
+    head.body = want.body = []  # type: ignore[attr-defined]
+    return _same(head, want)
+
+
+def _splice(statements: List[ast.stmt], body: Optional[List[ast.stmt]]) -> None:
+    """Replace every ``__tmpatch_body__`` statement in ``statements`` (at any depth) by a copy of
+    ``body`` (the release's statements, with their own line numbers)."""
+    holders: List[Any] = [statements]
+    for statement in statements:
+        holders.extend(getattr(owner, name) for owner, name in _blocks(statement))
+    for block in holders:
+        for i in reversed(range(len(block))):
+            node = block[i]
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Name) and node.value.id == BODY:
+                if body is None:
+                    raise RewriteError(f"{BODY} in a replacement whose find has no `...` body")
+                block[i:i + 1] = copy.deepcopy(body)
+
+
 def _blocks(node: ast.AST) -> List[Tuple[ast.AST, str]]:
     """Every statement list in ``node``: ``(owner, field)`` (``except`` handlers and ``case``
     clauses are nodes of the walk themselves)."""
@@ -63,19 +102,21 @@ def _apply(function: ast.FunctionDef, edit: Any) -> None:
     for owner, name in _blocks(function):
         block = getattr(owner, name)
         for start in range(len(block) - len(wanted) + 1):
-            if all(_same(block[start + i], wanted[i]) for i in range(len(wanted))):
+            if all(_matches(block[start + i], wanted[i]) for i in range(len(wanted))):
                 spots.append((block, start))
     if len(spots) != 1:
         where = "not found" if not spots else f"found {len(spots)} times"
         raise RewriteError(f"{function.name}: statement {edit.find.strip().splitlines()[0]!r} {where}")
     block, start = spots[0]
     first = block[start]
+    matched = [block[start + i] for i in range(len(wanted)) if _any_body(wanted[i])]
     new = _statements(edit.replace) if edit.replace.strip() else []
     for statement in new:
         ast.copy_location(statement, first)
         for child in ast.walk(statement):
             if hasattr(child, "lineno"):
                 ast.copy_location(child, first)
+    _splice(new, matched[0].body if len(matched) == 1 else None)  # type: ignore[attr-defined]
     block[start:start + len(wanted)] = new
     if not block:
         block.append(ast.copy_location(ast.Pass(), first))

@@ -316,3 +316,14 @@ def test_metrics_built_dropped_or_updated_eagerly_between_steps_recompile_nothin
             del others
             gc.collect()  # their books go
             compiled(torch.rand(N))
+
+
+def test_the_xla_flag_is_a_bool_while_applied_and_the_releases_object_after_revert():
+    import sys
+
+    data = sys.modules["torchmetrics.utilities.data"]
+    release = data._XLA_AVAILABLE
+    tmpatch.apply(["compiled_update"])
+    assert data._XLA_AVAILABLE is bool(release)
+    tmpatch.revert()
+    assert data._XLA_AVAILABLE is release

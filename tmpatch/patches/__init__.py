@@ -49,7 +49,7 @@ NAMES = (
     "pit_permutations",
     "sdr_solve",
     "compiled_update",
-    "metric_setattr",
+    "update_bookkeeping",
 )
 
 _loaded: Dict[str, Patch] = {}

@@ -77,7 +77,7 @@ def _build() -> Tuple[Callable[..., Any], Callable[..., Any]]:
 
     def to_device(t: Any, dtype: Any, device: Any) -> Any:
         where = device if type(device) is device_type else device_type(device)
-        if ((CPU_FAST and where.type == "cpu") or t.device.type != "cpu" or t.numel() > MAX_FILLS or t.requires_grad
+        if ((CPU_FAST and where.type == "cpu") or not t.is_cpu or t.numel() > MAX_FILLS or t.requires_grad
                 or dtype not in floating | integral or t.dtype not in floating | integral):
             return t.to(dtype=dtype, device=device)
         host = t.to(dtype=dtype)  # the release's conversion, on the host

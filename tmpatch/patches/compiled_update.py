@@ -18,7 +18,9 @@ Defects (every release, not fixed upstream; torchmetrics issue #1780):
 * ``_bincount`` reads ``_XLA_AVAILABLE``, a lazy ``RequirementCache``: traced for the
   first time inside torch.compile, its package lookup fails (torch 2.6+:
   ``InternalTorchDynamoError: PackageNotFoundError ... torch_xla``). Repair: the cache
-  is filled when the patch is applied (what the release's first ``_bincount`` does).
+  is filled when the patch is applied (what the release's first ``_bincount`` does), and
+  its answer, a bool, stands in for it in ``torchmetrics.utilities.data`` until
+  ``revert()`` (its ``__bool__`` also cost two Python calls per ``_bincount``).
 
 Releases: 1.0.0-1.9.0 (``_wrap_update`` unchanged throughout); ``normalize_logits_if_needed``
 1.6.1+ (two implementations). Results are the release's, bit for bit, in eager code.
@@ -88,15 +90,32 @@ NORMALIZE = Rewrite(
 )
 
 
+#: ``(module, the release's RequirementCache, the bool put in its place)`` while applied
+_XLA: list = []
+
+
 def _after_apply() -> None:
-    """Fill ``_XLA_AVAILABLE``'s lazy cache (one package lookup, as the first ``_bincount`` does)."""
+    """Fill ``_XLA_AVAILABLE``'s lazy cache (one package lookup, as the first ``_bincount`` does)
+    and put its answer, a bool, in ``torchmetrics.utilities.data`` in its place: the cache's
+    ``__bool__`` is two Python calls on every ``_bincount`` (every counting update), and a bool
+    is what dynamo reads best. ``revert()`` puts the release's object back."""
     data = sys.modules.get("torchmetrics.utilities.data")
     flag = getattr(data, "_XLA_AVAILABLE", None)
-    if flag is not None and not isinstance(flag, bool):
-        try:
-            bool(flag)
-        except Exception:  # noqa: BLE001 - the release's own lookup; it will run (and fail) as before
-            pass
+    if flag is None or isinstance(flag, bool) or _XLA:
+        return
+    try:
+        answer = bool(flag)
+    except Exception:  # noqa: BLE001 - the release's own lookup; it will run (and fail) as before
+        return
+    data._XLA_AVAILABLE = answer  # type: ignore[union-attr]
+    _XLA.append((data, flag, answer))
+
+
+def _after_revert() -> None:
+    while _XLA:
+        data, flag, answer = _XLA.pop()
+        if getattr(data, "_XLA_AVAILABLE", None) is answer:
+            data._XLA_AVAILABLE = flag
 
 
 PATCH = Patch(
@@ -107,6 +126,7 @@ PATCH = Patch(
     upstream="torchmetrics #1780 (update count guards); not fixed upstream",
     changes="a compiled update has one graph break, where the update count is incremented",
     after_apply=_after_apply,
+    after_revert=_after_revert,
     targets=(
         Target(
             module="torchmetrics.metric",

@@ -139,7 +139,7 @@ def build_check(module: ModuleType) -> Callable[..., Any]:
         if state is None or not isinstance(x, torch.Tensor):
             return original(x)
         failed = (x.bool() == x).all().logical_not()
-        if CPU_FAST and x.device.type == "cpu" and not compiling():
+        if CPU_FAST and x.is_cpu and not compiling():
             if bool(failed):  # a read costs nothing on the CPU
                 state.binarized = ones((), dtype=int64)
             return None

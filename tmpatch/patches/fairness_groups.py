@@ -108,7 +108,7 @@ def _helpers(module: ModuleType) -> Dict[str, Any]:
         # the number of each row's group among the distinct ids, in sorted order (ids are sorted)
         rank = cat([zeros(1, dtype=int64, device=indexes.device), (indexes[1:] != indexes[:-1]).cumsum(0)])
         kept = rank < num_groups
-        cpu = CPU_FAST and indexes.device.type == "cpu" and not compiling()
+        cpu = CPU_FAST and indexes.is_cpu and not compiling()
         if not (cpu and bool(kept[-1])):  # CPU: a free read, no count
             RECORD.add(metric, (~kept).sum())
         # the release's comparisons (_binary_stat_scores_update): tp 0, fp 1, tn 2, fn 3

@@ -69,7 +69,7 @@ def _complement_is_ascending(length: int, block_size: int) -> bool:
 def _on_device(t: Any) -> bool:
     """Whether the edited statements take the device path for tensor ``t`` (on the CPU the
     release's own statements run, unless the tests turn the CPU shortcut off)."""
-    return not (_device_tensors.CPU_FAST and t.device.type == "cpu")
+    return not (_device_tensors.CPU_FAST and t.is_cpu)
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:

@@ -114,7 +114,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         update = MARK.get()
         if update is None:
             return condition
-        if CPU_FAST and condition.device.type == "cpu" and not compiling():
+        if CPU_FAST and condition.is_cpu and not compiling():
             if bool(condition):  # a read costs nothing on the CPU
                 RECORDS[key].add(update.metric, ones((), dtype=int64))
                 update.suspect = True

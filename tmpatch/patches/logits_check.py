@@ -48,15 +48,15 @@ def _helpers(module: ModuleType) -> Dict[str, Callable[[Any], Any]]:
     """The device-side selections that replace the release's ``if``."""
     import torch
 
-    where = torch.where
+    where, torch_all = torch.where, torch.all
 
     def choose(normalise: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def probabilities(preds: Any) -> Any:
-            inside = ((preds >= 0) & (preds <= 1)).all()  # 0-d, stays on the device
             # integers: the result's dtype depends on the values; the CPU outside torch.compile:
             # reading costs no sync (and float16 has no CPU softmax before torch 2.2): read, as the release
-            if not preds.is_floating_point() or (preds.device.type == "cpu" and not compiling()):
-                return preds if bool(inside) else normalise(preds)
+            if not preds.is_floating_point() or (preds.is_cpu and not compiling()):
+                return preds if torch_all((preds >= 0) * (preds <= 1)) else normalise(preds)
+            inside = ((preds >= 0) & (preds <= 1)).all()  # 0-d, stays on the device
             return where(inside, preds, normalise(preds))
 
         return probabilities

@@ -11,7 +11,9 @@ Releases: every release from 1.0.0 (four implementations of ``update``). The
 wrapper makes Python ``float``/``int``/``bool`` values and weights with
 ``torch.full`` on the metric's device, in the dtype the release would give them,
 and hands them to the release's own ``update``. An integer outside int64 keeps the
-release's conversion. The same conversion inside
+release's conversion. A weight of 1 with a tensor value (the default up to 1.6.1) is
+made in the value's shape, as the release's ``broadcast_to`` gives it (float32/64, up to
+2**24 elements, where a sum of ones is exact in any order). The same conversion inside
 ``BaseAggregator._cast_and_nan_check_input`` (Sum/Max/Min/Cat) is ``nan_check``'s.
 """
 from __future__ import annotations
@@ -23,6 +25,8 @@ from tmpatch.spec import Label, PATCHED, Patch, Target, Variant, since, span
 
 _SCALARS = (float, int, bool)
 _INT64 = (-(2**63), 2**63)
+#: a weight of ones up to this many elements sums exactly in float32 (and float64), in any order
+EXACT_ONES = 2 ** 24
 
 
 def _builder(default_weight: Optional[float], metric_dtype: bool) -> Callable[[ModuleType], Callable]:
@@ -32,7 +36,8 @@ def _builder(default_weight: Optional[float], metric_dtype: bool) -> Callable[[M
     def build(module: ModuleType) -> Callable[..., Any]:
         import torch
 
-        full, float32 = torch.full, torch.float32
+        full, float32, tensor = torch.full, torch.float32, torch.Tensor
+        exact = frozenset({torch.float32, torch.float64})
 
         def scalar(value: Any) -> bool:
             return type(value) in _SCALARS and (type(value) is float or _INT64[0] <= value < _INT64[1])
@@ -44,7 +49,12 @@ def _builder(default_weight: Optional[float], metric_dtype: bool) -> Callable[[M
                 device = self.device
                 if value_scalar:  # an int through a Python float, as ``as_tensor`` takes it
                     value = full((), float(value) if dtype.is_floating_point else value, dtype=dtype, device=device)
-                if weight_scalar:
+                if weight_scalar and weight == 1 and type(value) is tensor and dtype in exact \
+                        and value.numel() <= EXACT_ONES:
+                    # the release's broadcast of the weight, made whole: ones sum exactly in any order, and
+                    # the check after it (nan_check) takes a weight of the value's shape as it is
+                    weight = full(value.shape, 1.0, dtype=dtype, device=device)
+                elif weight_scalar:
                     weight = full((), float(weight) if dtype.is_floating_point else weight, dtype=dtype,
                                   device=device)
             return original(self, value, weight)

@@ -55,7 +55,7 @@ def _valid_on_cpu(metric: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], in
     target = args[1] if len(args) > 1 else kwargs.get("target")
     num_classes = getattr(metric, "num_classes", None)
     if (getattr(preds, "dtype", None) not in integral or getattr(target, "dtype", None) not in integral
-            or type(num_classes) is not int or preds.device.type != "cpu" or target.device.type != "cpu"
+            or type(num_classes) is not int or not preds.is_cpu or not target.is_cpu
             or preds.dim() != 1 or preds.shape != target.shape or not preds.numel()):
         return False
     for values in (preds, target):

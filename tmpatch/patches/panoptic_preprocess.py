@@ -114,7 +114,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
     zeros, where = torch.zeros, torch.where
 
     def on_device(t: Any) -> bool:
-        return not (CPU_FAST and t.device.type == "cpu" and not compiling())
+        return not (CPU_FAST and t.is_cpu and not compiling())
 
     def isin(arr: Any, values: Any) -> Any:
         """The release's ``(arr[..., None] == arr.new(values)).any(-1)``, without the list on the device;

@@ -96,7 +96,7 @@ def build_check(module: ModuleType) -> Callable[..., Any]:
         if target.dtype is bool_:  # max <= 1 and min >= 0: the check cannot fail
             return out
         low, high = bounds(target)
-        if CPU_FAST and target.device.type == "cpu" and not compiling():
+        if CPU_FAST and target.is_cpu and not compiling():
             if high.item() > 1 or low.item() < 0:  # a read costs nothing on the CPU
                 RECORD.add(metric, ones((), dtype=int64))
             return out

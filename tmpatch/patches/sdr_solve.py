@@ -76,7 +76,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         metric = MARK.get()
         if metric is None:
             return linalg.solve(a, b)
-        if CPU_FAST and a.device.type == "cpu" and not compiling():
+        if CPU_FAST and a.is_cpu and not compiling():
             try:  # the check costs nothing on the CPU: the release's solve, and a failure counted
                 return linalg.solve(a, b)
             except linalg.LinAlgError:  # a singular system: what the device path returns, counted

@@ -79,7 +79,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         metric = MARK.get()
         if metric is None:
             return first if second is None else first or second
-        if CPU_FAST and first.device.type == "cpu" and not compiling():
+        if CPU_FAST and first.is_cpu and not compiling():
             if bool(first) or (second is not None and bool(second)):  # a read costs nothing on the CPU
                 RECORDS[key].add(metric, ones((), dtype=int64))
             return False

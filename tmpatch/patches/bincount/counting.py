@@ -112,7 +112,7 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
                 or x.dim() != 1):
             return original(x, minlength=minlength)
         vouched, update.vouch, update.counted = update.vouch, False, True
-        if x.device.type == "cpu" and x.numel() and not compiling():
+        if x.is_cpu and x.numel() and not compiling():
             try:  # in range: torch.bincount is the count (and deterministic on the CPU)
                 out = bincount(x, minlength=minlength)
             except RuntimeError:  # a negative value

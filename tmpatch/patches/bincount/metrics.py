@@ -71,8 +71,9 @@ def _classes_valid(values: Any, low: int, high: int, ignore: Any) -> bool:
 
 def cpu_way(metric: Any, args: tuple, kwargs: dict, curve: bool) -> int:
     """How ``update(preds, target)`` of ``metric`` may run on the CPU (module docstring);
-    ``curve``: a precision-recall curve's update. On every CPU update: plain attribute reads."""
-    if len(args) != 2 or kwargs:
+    ``curve``: a precision-recall curve's update. On every CPU update: plain attribute reads.
+    Always ``RECORDED`` while torch.compile traces."""
+    if len(args) != 2 or kwargs or compiling():
         return RECORDED
     preds, target = args
     if (type(preds) is not Tensor or type(target) is not Tensor or not preds.is_cpu
@@ -145,17 +146,16 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
         recorded = RECORD.deferred
 
         def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-            if CPU_FAST and not compiling():
-                way = cpu_way(self, args, kwargs, curve)
-                if way == RELEASE_FIRST:
-                    try:
-                        return original(self, *args, **kwargs)
-                    except RuntimeError:
-                        if not active() or not recorded(self):
-                            raise
-                    # an invalid class (recorded below), or another error (raised again there)
-                elif way:
+            way = cpu_way(self, args, kwargs, curve) if CPU_FAST else RECORDED
+            if way == RELEASE_FIRST:
+                try:
                     return original(self, *args, **kwargs)
+                except RuntimeError:
+                    if not active() or not recorded(self):
+                        raise
+                # an invalid class (recorded below), or another error (raised again there)
+            elif way:
+                return original(self, *args, **kwargs)
             if not active() or not recorded(self) or (curve and getattr(self, "thresholds", None) is None):
                 return original(self, *args, **kwargs)
             # the labels shortcut reads the instance's __dict__: not while compiling (a guard on every

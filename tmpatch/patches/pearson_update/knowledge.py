@@ -149,7 +149,7 @@ def cpu_zeros(t: Any, tensor_type: type) -> bool:
     """Whether ``t`` is a plain CPU tensor (a few elements, contiguous) whose every element is +0,
     read from its bytes: no torch op, so no dispatch mode (a profiler, the audit's simulation) sees
     or changes the read, and nothing waits for a device."""
-    if type(t) is not tensor_type or t.device.type != "cpu" or not 0 < t.numel() <= 1024 or not t.is_contiguous():
+    if type(t) is not tensor_type or not t.is_cpu or not 0 < t.numel() <= 1024 or not t.is_contiguous():
         return False
     size = t.element_size()
     start = t.storage_offset() * size

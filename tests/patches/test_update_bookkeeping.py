@@ -1,4 +1,4 @@
-"""metric_setattr: plain stores where nn.Module.__setattr__ ends in one, the release's chain elsewhere."""
+"""update_bookkeeping: plain stores where nn.Module.__setattr__ ends in one, the grad-mode block without its context manager where the mode is set; the release's code elsewhere."""
 from __future__ import annotations
 
 import pickle
@@ -10,17 +10,22 @@ import torch
 import tmpatch
 from tests.conftest import assert_bitwise, torchmetrics_release
 from tmpatch import gating
-from tmpatch.patches import metric_setattr
+from tmpatch.patches import update_bookkeeping
 from tmpatch.report import State
 from tmpatch.spec import Requirement
 from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 RELEASE_SETATTR = Metric.__setattr__
+RELEASE_WRAP_UPDATE = Metric._wrap_update
+
+
+def _release(target):
+    return RELEASE_SETATTR if target.qualname == "Metric.__setattr__" else RELEASE_WRAP_UPDATE
 
 
 def _row():
-    return next(r for r in tmpatch.apply(["metric_setattr"]) if r.name == "metric_setattr")
+    return next(r for r in tmpatch.apply(["update_bookkeeping"]) if r.name == "update_bookkeeping")
 
 
 def _module_setattr_calls(run):
@@ -72,7 +77,7 @@ def test_results_states_and_pickles_are_the_releases():
     batches = [(torch.rand(8, 4, generator=g).softmax(1), torch.randint(0, 4, (8,), generator=g)) for _ in range(3)]
     upstream = MulticlassAccuracy(num_classes=4, average=None)
     expected = _sequence(upstream, batches)
-    tmpatch.apply(["metric_setattr"])
+    tmpatch.apply(["update_bookkeeping"])
     patched = MulticlassAccuracy(num_classes=4, average=None)
     for got, want in zip(_sequence(patched, batches), expected):
         assert_bitwise(got, want)
@@ -146,11 +151,71 @@ def test_revert_puts_the_release_back():
 
 
 def test_unrecognised_torch_code_leaves_the_patch_alone():
-    patch = metric_setattr.PATCH
+    patch = update_bookkeeping.PATCH
     odd = replace(patch, relies_on=(Requirement("torch.nn.modules.module", "Module.__setattr__", ("0" * 16,)),))
-    state, reason, _ = gating.recognise(odd, str(torchmetrics_release()), lambda target: RELEASE_SETATTR)
+    state, reason, _ = gating.recognise(odd, str(torchmetrics_release()), _release)
     assert state == State.MISMATCH and "Module.__setattr__" in reason and "not recognised" in reason
-    state, _, _ = gating.recognise(patch, str(torchmetrics_release()), lambda target: RELEASE_SETATTR)
+    state, _, _ = gating.recognise(patch, str(torchmetrics_release()), _release)
     assert state == State.APPLIED
     absent = replace(patch, relies_on=(Requirement("torch.nn.parameter", "_NoSuchMeta.__instancecheck__", (None,)),))
-    assert gating.recognise(absent, str(torchmetrics_release()), lambda target: RELEASE_SETATTR)[0] == State.APPLIED
+    assert gating.recognise(absent, str(torchmetrics_release()), _release)[0] == State.APPLIED
+
+
+class _GradProbe(MeanMetric):
+    """Sees the grad mode inside update(); can raise, or leave the mode changed."""
+
+    def __init__(self, action: str = "") -> None:
+        super().__init__()
+        self.action, self.seen = action, []
+
+    def update(self, value) -> None:  # noqa: D102
+        self.seen.append(torch.is_grad_enabled())
+        if self.action == "flip":
+            torch.set_grad_enabled(not torch.is_grad_enabled())
+        if self.action == "raise":
+            raise ValueError("probe")
+        super().update(value)
+
+
+def _grad_story():
+    story = []
+    for outside in (True, False):
+        for enable in (False, True):
+            for action in ("", "flip", "raise"):
+                torch.set_grad_enabled(outside)
+                metric = _GradProbe(action)
+                metric._enable_grad = enable
+                try:
+                    metric.update(torch.ones(2))
+                    error = ""
+                except ValueError as exc:
+                    error = str(exc)
+                story.append((outside, enable, action, metric.seen, torch.is_grad_enabled(), error))
+    torch.set_grad_enabled(True)
+    return story
+
+
+def test_grad_mode_around_update_is_the_releases():
+    expected = _grad_story()
+    _row()
+    assert _grad_story() == expected
+
+
+def test_update_enters_no_grad_context_manager(monkeypatch):
+    _row()
+    metric = MeanMetric()  # built after apply: its update is the edited wrapped_func
+    entered = []
+    init = torch.set_grad_enabled.__init__
+
+    def counting(self, mode):
+        entered.append(mode)
+        init(self, mode)
+
+    monkeypatch.setattr(torch.set_grad_enabled, "__init__", counting)
+    metric.update(torch.ones(2))
+    assert entered == []
+    tmpatch.revert()
+    metric = MeanMetric()
+    entered.clear()
+    metric.update(torch.ones(2))
+    assert entered[:1] == [False]  # the release's block (its update may enter others)

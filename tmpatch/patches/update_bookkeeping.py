@@ -1,0 +1,162 @@
+"""update_bookkeeping: an update's bookkeeping without the Python frames of torch's generic paths.
+
+Defect (host time only; every release, not fixed upstream). Every ``update()`` runs
+``Metric._wrap_update``'s ``wrapped_func``: it assigns ``self._computed = None`` and
+``self._update_count += 1``, enters ``torch.set_grad_enabled(self._enable_grad)``, and the
+update assigns each state it accumulates (``self.tp += tp``); ``forward()`` does more.
+
+* Each assignment runs ``Metric.__setattr__`` (a check of six constant names), then
+  ``nn.Module.__setattr__`` (its parameter, module and buffer branches, with
+  ``isinstance`` checks of ``Parameter`` and ``Buffer`` whose metaclasses run Python
+  ``__instancecheck__``): four Python frames for what ends as ``object.__setattr__``.
+* ``set_grad_enabled`` is a Python context manager: an object and three Python frames
+  per update around two calls of torch's C function that sets the grad mode.
+
+On a small CPU update that is about a fifth of its host time (MulticlassConfusionMatrix,
+64 rows: 9 of 45 us); on a launch-bound GPU step host time is step time.
+
+Repair, where torch's own code provably does nothing more, and the release's code
+everywhere else:
+
+* ``Metric.__setattr__`` stores the value in the instance's ``__dict__`` when the value
+  is ``None``, a ``bool``, ``int`` or ``float``, or a plain ``torch.Tensor`` (that type
+  exactly) with no attributes of its own (so neither ``Parameter`` nor ``Buffer``, whose
+  checks read an ``_is_param`` / ``_is_buffer`` attribute); the name is already an
+  instance attribute, not a parameter, buffer or submodule, and no attribute of the class
+  or its bases (no property or other descriptor, none of the constants the release
+  protects, which are class attributes); and torch.compile is not tracing.
+* ``wrapped_func``'s ``with torch.set_grad_enabled(mode):`` (an edit): when the grad mode
+  already is ``mode`` (the same bool) and torch.compile is not tracing, the block runs
+  in ``try``/``finally`` that sets ``mode`` again on the way out, as the context manager's
+  exit does (restoring the mode it found); otherwise the release's ``with`` runs.
+
+Both stand for torch's code, so torch's ``Module.__setattr__``, the two metaclass checks
+and ``set_grad_enabled``'s ``__init__``/``__enter__``/``__exit__`` are recognised by
+fingerprint (torch 2.1.2, 2.5.1, 2.13.0): with another torch the patch is left alone (not
+recognised). No result, state, error or warning changes.
+
+Releases: 1.0.0-1.9.0 (one implementation of ``Metric.__setattr__`` and of
+``Metric._wrap_update``, which ``compiled_update`` edits too).
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+from types import ModuleType
+from typing import Any, Callable, Dict, Set
+
+from tmpatch.compiled import compiling
+from tmpatch.spec import Edit, Patch, Requirement, Rewrite, Target, Variant, since, span
+
+#: torch's code the store stands for: what ``nn.Module.__setattr__`` does with a value that is
+#: neither a Parameter, a Module nor a Buffer, under a name that is none of theirs
+_TORCH = (
+    Requirement("torch.nn.modules.module", "Module.__setattr__",
+                ("2406e9aaa6d917fc", "49bd5f5bf54f09de", "eeeb8065cd4a2d65")),  # 2.1.2, 2.5.1, 2.13.0
+    Requirement("torch.nn.parameter", "_ParameterMeta.__instancecheck__",
+                ("b7a04729bfdabf3b", "b4131a01db821147", "b3f4c8268a199dd0")),
+    Requirement("torch.nn.parameter", "_BufferMeta.__instancecheck__",
+                (None, "2a949c272f244fe0", "fb0ff7ff0f8e118a")),  # torch 2.5+ has Buffer
+    # what the release's ``torch.set_grad_enabled(mode)`` block does around its body
+    Requirement("torch", "set_grad_enabled.__init__", ("a56adcb9c6181f8f", "d7ceb2ae69708e49")),
+    Requirement("torch", "set_grad_enabled.__enter__", ("71e22c0a745b2eb3", "da420dce851354e1")),
+    Requirement("torch", "set_grad_enabled.__exit__", ("760828d238434892",)),
+)
+
+
+#: per class (weakly held), the names found on neither the class nor its bases: a lookup that
+#: misses costs an AttributeError inside ``getattr`` (240 ns), once per class and name here
+_FREE: Dict["weakref.ref[type]", Set[str]] = {}
+_MISSING = object()
+_DYNAMO = "torch._dynamo"
+
+
+def _free(cls: type, name: str) -> bool:
+    """Whether ``name`` is no attribute of ``cls`` or its bases (so no descriptor, no constant)."""
+    if getattr(cls, name, _MISSING) is not _MISSING:
+        return False
+    free = _FREE.get(weakref.ref(cls))
+    if free is None:
+        free = _FREE[weakref.ref(cls, lambda ref: _FREE.pop(ref, None))] = set()
+    free.add(name)
+    return True
+
+
+def build(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.__setattr__``: the plain store where the release's chain ends in one."""
+    import torch
+
+    tensor = torch.Tensor
+    plain = frozenset({type(None), bool, int, float})
+    empty: dict = {}
+    modules, ref = sys.modules, weakref.ref
+    if any(hasattr(tensor, name) for name in ("_is_param", "_is_buffer")):
+        raise RuntimeError("torch.Tensor has a class attribute _is_param or _is_buffer")
+
+    # not named __setattr__: dynamo inlines a function of that name only when its first
+    # argument is the object (here it is the release's function)
+    def assign(original: Callable, self: Any, name: str, value: Any) -> None:
+        kind = type(value)
+        # no torch.compile can be tracing before torch._dynamo is imported (a dict lookup, not a call)
+        if (kind in plain or kind is tensor) and (_DYNAMO not in modules or not compiling()):
+            attributes = self.__dict__
+            free = _FREE.get(ref(type(self)), empty)
+            if (name in attributes and (kind is not tensor or not value.__dict__)
+                    and (name in free or _free(type(self), name))
+                    and name not in attributes.get("_parameters", empty)
+                    and name not in attributes.get("_buffers", empty)
+                    and name not in attributes.get("_modules", empty)):
+                attributes[name] = value
+                return None
+        return original(self, name, value)
+
+    return assign
+
+
+def _grad_names(module: ModuleType) -> Dict[str, Any]:
+    import torch
+
+    return {"_tmpatch_is_grad": torch.is_grad_enabled, "_tmpatch_set_grad": torch._C._set_grad_enabled,
+            "_tmpatch_tracing": compiling}
+
+
+#: the grad-mode block of ``wrapped_func``: what ``set_grad_enabled``'s ``__init__`` and ``__exit__`` do
+#: (keep the mode found, set ``mode``, put the one found back on the way out), as calls of torch's
+#: C functions; while torch.compile traces, the release's ``with``. The body is the release's in both.
+GRAD_MODE = Rewrite(
+    (Edit("with torch.set_grad_enabled(self._enable_grad):\n    ...\n",
+          "_tmpatch_mode = self._enable_grad\n"
+          "if _tmpatch_tracing():\n"
+          "    with torch.set_grad_enabled(_tmpatch_mode):\n"
+          "        __tmpatch_body__\n"
+          "else:\n"
+          "    _tmpatch_prev = _tmpatch_is_grad()\n"
+          "    _tmpatch_set_grad(_tmpatch_mode)\n"
+          "    try:\n"
+          "        __tmpatch_body__\n"
+          "    finally:\n"
+          "        _tmpatch_set_grad(_tmpatch_prev)\n"),),
+    _grad_names,
+)
+
+
+PATCH = Patch(
+    name="update_bookkeeping",
+    summary="every update() assigns its count, its cache flag and each state through nn.Module.__setattr__ "
+            "(four Python frames for a plain store) and enters a grad-mode context manager (three more)",
+    known=since("1.0.0"),
+    upstream="not fixed upstream (host time only; no sync)",
+    relies_on=_TORCH,
+    targets=(
+        Target(
+            module="torchmetrics.metric",
+            qualname="Metric.__setattr__",
+            variants=(Variant(span("1.0.0", "1.9.0"), "0d04ad13fbd10ca1", build),),
+        ),
+        Target(
+            module="torchmetrics.metric",
+            qualname="Metric._wrap_update",
+            variants=(Variant(span("1.0.0", "1.9.0"), "204d7412e16fe670", GRAD_MODE),),
+        ),
+    ),
+)
