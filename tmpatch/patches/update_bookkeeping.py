@@ -32,8 +32,8 @@ everywhere else:
 
 Both stand for torch's code, so torch's ``Module.__setattr__``, the two metaclass checks
 and ``set_grad_enabled``'s ``__init__``/``__enter__``/``__exit__`` are recognised by
-fingerprint (torch 2.1.2, 2.5.1, 2.13.0): with another torch the patch is left alone (not
-recognised). No result, state, error or warning changes.
+fingerprint (every torch release from 2.1.2 to 2.15.0): with another torch the patch is left
+alone (not recognised). No result, state, error or warning changes.
 
 Releases: 1.0.0-1.9.0 (one implementation of ``Metric.__setattr__`` and of
 ``Metric._wrap_update``, which ``compiled_update`` edits too).
@@ -48,19 +48,21 @@ from typing import Any, Callable, Dict, Set
 from tmpatch.compiled import compiling
 from tmpatch.spec import Edit, Patch, Requirement, Rewrite, Target, Variant, since, span
 
-#: torch's code the store stands for: what ``nn.Module.__setattr__`` does with a value that is
-#: neither a Parameter, a Module nor a Buffer, under a name that is none of theirs
+#: torch's code the repair stands for, by fingerprint: what ``nn.Module.__setattr__`` does with a value
+#: that is neither a Parameter, a Module nor a Buffer, under a name that is none of theirs, and what the
+#: release's ``torch.set_grad_enabled(mode)`` block does around its body. Read from the sources of every
+#: torch release 2.1.2 to 2.15.0 (``tools/torch_fingerprints.py``); each change between them is in a
+#: branch the repair never stands for (2.5: Buffer; 2.8 and 2.9: the buffer branch).
 _TORCH = (
     Requirement("torch.nn.modules.module", "Module.__setattr__",
-                ("2406e9aaa6d917fc", "49bd5f5bf54f09de", "eeeb8065cd4a2d65")),  # 2.1.2, 2.5.1, 2.13.0
+                ("2406e9aaa6d917fc", "49bd5f5bf54f09de", "88868aa5b9762db8", "eeeb8065cd4a2d65")),
     Requirement("torch.nn.parameter", "_ParameterMeta.__instancecheck__",
                 ("b7a04729bfdabf3b", "b4131a01db821147", "b3f4c8268a199dd0")),
     Requirement("torch.nn.parameter", "_BufferMeta.__instancecheck__",
                 (None, "2a949c272f244fe0", "fb0ff7ff0f8e118a")),  # torch 2.5+ has Buffer
-    # what the release's ``torch.set_grad_enabled(mode)`` block does around its body
-    Requirement("torch", "set_grad_enabled.__init__", ("a56adcb9c6181f8f", "d7ceb2ae69708e49")),
-    Requirement("torch", "set_grad_enabled.__enter__", ("71e22c0a745b2eb3", "da420dce851354e1")),
-    Requirement("torch", "set_grad_enabled.__exit__", ("760828d238434892",)),
+    Requirement("torch.autograd.grad_mode", "set_grad_enabled.__init__", ("a56adcb9c6181f8f", "d7ceb2ae69708e49")),
+    Requirement("torch.autograd.grad_mode", "set_grad_enabled.__enter__", ("71e22c0a745b2eb3", "da420dce851354e1")),
+    Requirement("torch.autograd.grad_mode", "set_grad_enabled.__exit__", ("760828d238434892",)),
 )
 
 
@@ -115,6 +117,9 @@ def build(module: ModuleType) -> Callable[..., Any]:
 
 def _grad_names(module: ModuleType) -> Dict[str, Any]:
     import torch
+
+    if torch.set_grad_enabled is not torch.autograd.grad_mode.set_grad_enabled:
+        raise RuntimeError("torch.set_grad_enabled is not torch's own (replaced by another tool?)")
 
     return {"_tmpatch_is_grad": torch.is_grad_enabled, "_tmpatch_set_grad": torch._C._set_grad_enabled,
             "_tmpatch_tracing": compiling}
