@@ -25,10 +25,14 @@ everywhere else:
   instance attribute, not a parameter, buffer or submodule, and no attribute of the class
   or its bases (no property or other descriptor, none of the constants the release
   protects, which are class attributes); and torch.compile is not tracing.
-* ``wrapped_func``'s ``with torch.set_grad_enabled(mode):`` (an edit): when the grad mode
-  already is ``mode`` (the same bool) and torch.compile is not tracing, the block runs
-  in ``try``/``finally`` that sets ``mode`` again on the way out, as the context manager's
-  exit does (restoring the mode it found); otherwise the release's ``with`` runs.
+  Which names a class and its bases lack is remembered per class (a lookup that misses
+  costs an exception): a class attribute added later under the name of an instance
+  attribute already assigned is not seen.
+* ``wrapped_func``'s ``with torch.set_grad_enabled(self._enable_grad):`` (an edit) does
+  what the context manager's ``__init__`` and ``__exit__`` do, with torch's C functions:
+  keep the grad mode found, set the metric's, run the block, and in ``finally`` put the
+  mode found back; while torch.compile traces, the release's ``with`` runs. The block's
+  body is the release's own statements in both branches.
 
 Both stand for torch's code, so torch's ``Module.__setattr__``, the two metaclass checks
 and ``set_grad_enabled``'s ``__init__``/``__enter__``/``__exit__`` are recognised by
