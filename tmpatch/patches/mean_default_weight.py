@@ -13,7 +13,8 @@ wrapper makes Python ``float``/``int``/``bool`` values and weights with
 and hands them to the release's own ``update``. An integer outside int64 keeps the
 release's conversion. A weight of 1 with a tensor value (the default up to 1.6.1) is
 made in the value's shape, as the release's ``broadcast_to`` gives it (float32/64, up to
-2**24 elements, where a sum of ones is exact in any order). The same conversion inside
+2**24 elements, where a sum of ones is exact in any order; in eager code: dynamo 2.1
+traced 1.0.0's paired value/weight checks wrongly with it). The same conversion inside
 ``BaseAggregator._cast_and_nan_check_input`` (Sum/Max/Min/Cat) is ``nan_check``'s.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Optional
 
+from tmpatch.compiled import compiling
 from tmpatch.spec import Label, PATCHED, Patch, Target, Variant, since, span
 
 _SCALARS = (float, int, bool)
@@ -49,8 +51,8 @@ def _builder(default_weight: Optional[float], metric_dtype: bool) -> Callable[[M
                 device = self.device
                 if value_scalar:  # an int through a Python float, as ``as_tensor`` takes it
                     value = full((), float(value) if dtype.is_floating_point else value, dtype=dtype, device=device)
-                if weight_scalar and weight == 1 and type(value) is tensor and dtype in exact \
-                        and value.numel() <= EXACT_ONES:
+                if weight_scalar and not compiling() and weight == 1 and type(value) is tensor \
+                        and dtype in exact and value.numel() <= EXACT_ONES:
                     # the release's broadcast of the weight, made whole: ones sum exactly in any order, and
                     # the check after it (nan_check) takes a weight of the value's shape as it is
                     weight = full(value.shape, 1.0, dtype=dtype, device=device)
