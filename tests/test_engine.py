@@ -337,3 +337,68 @@ def test_a_gated_replacement_runs_only_while_its_gate_answers(toy):
     engine.swap(("toypkg.core", "target"), _add_one)  # no gate: always called
     assert core.target(2) == 5
     engine.remove(("toypkg.core", "target"), scope="toypkg")
+
+
+def _plus_hundred(self, x, *, route):
+    """An inline form (spec.inline): the method's arguments and the layer's route."""
+    if not route.on:
+        return route.original(self, x)
+    return route.original(self, x) + 100
+
+
+def test_an_inline_replacement_is_installed_itself_and_passes_through_once_removed(toy):
+    """spec.inline: the owner holds the form itself (no wrapper's frame), bound to a route that
+    the engine turns off on removal, so a reference left behind calls the original alone."""
+    import toypkg.core as core
+    from tmpatch import spec
+
+    key = ("toypkg.core", "Thing.method")
+    original = vars(core.Thing)["method"]
+    replacement = spec.inline(_plus_hundred)
+    engine = Engine()
+    layer = engine.install(key, replacement, method=True, scope="toypkg", sweep=False)
+    installed = vars(core.Thing)["method"]
+    assert installed is layer.wrapper and installed.__code__ is _plus_hundred.__code__  # the form, no wrapper
+    assert installed.__wrapped__ is original and installed.__name__ == "method"
+    assert installed.__kwdefaults__["route"] is layer.route and layer.route.on
+    thing = core.Thing()
+    assert thing.method(1) == 103
+    assert replacement(original, thing, 1) == 103  # the usual form, for joining with other wrappers
+    kept = thing.method
+    assert engine.remove(key, scope="toypkg") == ""
+    assert vars(core.Thing)["method"] is original and not layer.route.on
+    assert thing.method(1) == 3 and kept(1) == 3  # the reference left behind passes through
+    again = engine.install(key, replacement, method=True, scope="toypkg", sweep=False)
+    assert again is layer and vars(core.Thing)["method"] is installed and kept(1) == 103
+    with pytest.raises(PatchError, match="other kind"):
+        engine.swap(key, _add_one)  # a plain replacement has nothing to call it in an inline layer
+    assert thing.method(1) == 103
+    engine.remove(key, scope="toypkg")
+    assert vars(core.Thing)["method"] is original
+    engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=False)
+    with pytest.raises(PatchError, match="other kind"):
+        engine.swap(("toypkg.core", "target"), replacement)  # nor the other way round
+    engine.remove(("toypkg.core", "target"), scope="toypkg")
+
+
+def test_an_inline_layer_given_another_form_puts_its_copy_in_every_place(toy):
+    import toypkg.core as core
+    import toypkg.user as user
+    from tmpatch import spec
+
+    def plus_one(x, *, route):
+        return route.original(x) + 1 if route.on else route.original(x)
+
+    def plus_two(x, *, route):
+        return route.original(x) + 2 if route.on else route.original(x)
+
+    key = ("toypkg.core", "target")
+    original = core.target
+    engine = Engine()
+    layer = engine.install(key, spec.inline(plus_one), method=False, scope="toypkg", sweep=True)
+    assert core.target(2) == 5 and user.target(2) == 5 and user.call(2) == 5
+    engine.swap(key, spec.inline(plus_two))
+    assert core.target is layer.wrapper and user.target is layer.wrapper
+    assert user.call.__defaults__[0] is layer.wrapper and core.target(2) == 6 and user.call(2) == 6
+    engine.remove(key, scope="toypkg")
+    assert core.target is original and user.target is original and user.call.__defaults__[0] is original

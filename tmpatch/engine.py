@@ -10,6 +10,9 @@ qualname) and a replacement, and it
   the gate answers something, so a pass-through costs no call of its own; a replacement
   that carries its function (attribute ``_tmpatch_direct``: an edited copy of the
   original's code, which takes the target's arguments) has that called directly;
+  a replacement that carries an inline form (attribute ``_tmpatch_inline``: a function of
+  the target's arguments and a keyword-only ``route``, a :class:`Route`) is installed
+  itself, as a copy whose ``route`` is the layer's: no wrapper frame at all;
 * puts the wrapper in every place that held the original: the owner's
   attribute, every module that bound the name with ``from ... import``, and
   default arguments of functions in the target's package;
@@ -38,6 +41,7 @@ import wrapt
 from tmpatch.references import (  # noqa: F401 - resolve, PatchError: part of the engine's API
     PatchError, Place, _chain, _Index, find_references, resolve,
 )
+from tmpatch.spec import INLINE, Route  # an inline replacement's mark, and what it is given
 
 log = logging.getLogger("tmpatch")
 
@@ -62,6 +66,7 @@ class Layer:
     replacement: Any = None
     gate: Any = None  # the replacement's gate (GATE), if it has one
     call: Any = None  # the replacement's DIRECT function, if it has one
+    route: Optional[Route] = None  # an inline layer's route (its wrapper is the inline form's copy)
     places: List[Place] = field(default_factory=list)
     residue: str = ""
     #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
@@ -71,6 +76,11 @@ class Layer:
         """Make ``replacement`` the one the wrapper calls, with its gate (``GATE``), if any."""
         self.replacement, self.gate = replacement, getattr(replacement, GATE, None)
         self.call = getattr(replacement, DIRECT, None)
+
+    def turn(self, active: bool) -> None:
+        self.active = active
+        if self.route is not None:
+            self.route.on = active
 
 
 class Engine:
@@ -134,7 +144,7 @@ class Engine:
             layer = Layer(key=key, original=current)
             layer.wrapper = self._wrap(layer, replacement, method)
         else:
-            layer.give(replacement)
+            self._give(layer, replacement)
         places: List[Place] = [] if rearm else [Place("attr", owner, attr)]
         if sweep and not method:
             places += [p for p in find_references({id(layer.original): layer.original}, scope, self._index)
@@ -155,7 +165,7 @@ class Engine:
                 layer.places.append(Place("attr", owner, attr))
         else:
             layer.places = done
-        layer.active = True
+        layer.turn(True)
         layer.residue = ""
         self._layers[key] = layer
         return layer
@@ -165,6 +175,21 @@ class Engine:
         layer = self._layers.get(key)
         if layer is None:
             raise PatchError(f"{key[0]}.{key[1]} has no tmpatch layer")
+        self._give(layer, replacement)
+
+    @staticmethod
+    def _give(layer: Layer, replacement: Replacement) -> None:
+        """``layer.give``, for a wrapping layer (a plain replacement) or an inline one (an
+        inline form: another one is copied into the layer's places)."""
+        inline = getattr(replacement, INLINE, None)
+        if (layer.route is None) != (inline is None):
+            kind = "an inline form" if inline is not None else "a plain replacement"
+            raise PatchError(f"{layer.key[0]}.{layer.key[1]}: {kind} given to a layer of the other kind")
+        if inline is not None and inline is not getattr(layer.wrapper, INLINE, None):
+            old, layer.wrapper = layer.wrapper, Engine._copy(layer, inline)
+            for place in layer.places:
+                if place.get() is old:
+                    place.set(layer.wrapper)
         layer.give(replacement)
 
     def lingering(self, key: Key) -> List[str]:
@@ -191,6 +216,10 @@ class Engine:
         ``__defaults__``; and a method's bound wrapper was a graph break."""
         original = layer.original
         layer.give(replacement)
+        inline = getattr(replacement, INLINE, None)
+        if inline is not None:
+            layer.route = Route(original)
+            return Engine._copy(layer, inline)
         if method:
             def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
                 if layer.active and (layer.gate is None or layer.gate.get() is not None):
@@ -209,12 +238,23 @@ class Engine:
         wrapper._self_tmpatch_key = layer.key  # type: ignore[attr-defined]  # marks tmpatch's own layer
         return wrapper
 
+    @staticmethod
+    def _copy(layer: Layer, inline: Callable[..., Any]) -> Any:
+        """The function an inline layer installs: ``inline`` with the layer's route bound."""
+        copy = types.FunctionType(inline.__code__, inline.__globals__, inline.__name__, inline.__defaults__,
+                                  inline.__closure__)
+        copy.__kwdefaults__ = {**(inline.__kwdefaults__ or {}), "route": layer.route}
+        functools.update_wrapper(copy, layer.original)
+        setattr(copy, INLINE, inline)
+        copy._self_tmpatch_key = layer.key  # type: ignore[attr-defined]
+        return copy
+
     def remove(self, key: Key, *, scope: str) -> str:
         """Put the original back everywhere; return what had to be left, if anything."""
         layer = self._layers.get(key)
         if layer is None or not layer.active:
             return ""
-        layer.active = False  # from now on every remaining reference passes through
+        layer.turn(False)  # from now on every remaining reference passes through
         notes: List[str] = []
         places = list(layer.places)
         known = {(id(p.holder), p.kind, p.slot) for p in places}

@@ -31,6 +31,38 @@ GATE = "_tmpatch_gate"
 VALUE_MOVE = "_tmpatch_value_move"
 
 
+#: the attribute of a replacement that holds its inline form (:func:`inline`; ``tmpatch.engine``)
+INLINE = "_tmpatch_inline"
+
+
+class Route:
+    """What an inline form is given as its keyword-only ``route``: ``original``, the
+    target's own function, and ``on``, False while the patch is not applied (a reference
+    left behind then calls ``original`` alone). Made and switched by the engine."""
+
+    __slots__ = ("original", "on")
+
+    def __init__(self, original: Callable[..., Any]) -> None:
+        self.original = original
+        self.on = False
+
+
+def inline(form: Callable[..., Any]) -> Callable[..., Any]:
+    """A replacement installed as ``form`` itself, with no wrapper's frame around it (for
+    targets on every ``update()``'s path). ``form`` takes the target's arguments and a
+    keyword-only ``route`` (``route.original``: the release's function; ``route.on``: False
+    once the patch is reverted, when ``form`` must call ``route.original`` alone). Returns the
+    usual ``replacement(original, *args, **kwargs)``, marked with ``form``."""
+
+    def replacement(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        route = Route(original)
+        route.on = True
+        return form(*args, route=route, **kwargs)
+
+    setattr(replacement, INLINE, form)
+    return replacement
+
+
 def gated(slot: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark a replacement as having nothing to do while ``slot.get()`` answers None (a
     :class:`tmpatch.compiled.ContextSlot` that a marked update sets): there the release's

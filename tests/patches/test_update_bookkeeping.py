@@ -145,9 +145,15 @@ def test_every_other_assignment_takes_the_releases_path():
 
 def test_revert_puts_the_release_back():
     _row()
-    assert Metric.__setattr__ is not RELEASE_SETATTR
+    installed = Metric.__setattr__
+    assert installed is not RELEASE_SETATTR
+    assert installed.__code__ is update_bookkeeping.assign.__code__  # installed itself: no wrapper's frame
+    assert tmpatch.is_patched(installed) and tmpatch.get_original(installed) is RELEASE_SETATTR
     tmpatch.revert()
     assert Metric.__setattr__ is RELEASE_SETATTR
+    metric = MeanMetric()
+    calls = _module_setattr_calls(lambda: installed(metric, "_computed", None))
+    assert calls == ["_computed"]  # a reference kept across revert calls the release's code
 
 
 def test_unrecognised_torch_code_leaves_the_patch_alone():

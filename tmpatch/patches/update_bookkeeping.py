@@ -44,13 +44,12 @@ Releases: 1.0.0-1.9.0 (one implementation of ``Metric.__setattr__`` and of
 """
 from __future__ import annotations
 
-import sys
 import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, Set
 
 from tmpatch.compiled import compiling
-from tmpatch.spec import Edit, Patch, Requirement, Rewrite, Target, Variant, since, span
+from tmpatch.spec import Edit, Patch, Requirement, Rewrite, Route, Target, Variant, inline, since, span
 
 #: torch's code the repair stands for, by fingerprint: what ``nn.Module.__setattr__`` does with a value
 #: that is neither a Parameter, a Module nor a Buffer, under a name that is none of theirs, and what the
@@ -74,7 +73,6 @@ _TORCH = (
 #: misses costs an AttributeError inside ``getattr`` (240 ns), once per class and name here
 _FREE: Dict["weakref.ref[type]", Set[str]] = {}
 _MISSING = object()
-_DYNAMO = "torch._dynamo"
 
 
 def _free(cls: type, name: str) -> bool:
@@ -88,35 +86,42 @@ def _free(cls: type, name: str) -> bool:
     return True
 
 
+#: bound by :func:`build` (no torch import here): torch.Tensor, and the plain value types
+Tensor: Any = None
+_PLAIN: Any = frozenset()
+_EMPTY: Dict[str, Any] = {}
+
+
+# installed itself (spec.inline: no wrapper frame); not named __setattr__: dynamo inlines a function
+# of that name only when its first argument is the object (the joined form passes the release's first)
+def assign(self: Any, name: str, value: Any, *, route: Route) -> None:
+    """``Metric.__setattr__``: the plain store where the release's chain ends in one (module docstring)."""
+    kind = type(value)
+    if route.on and (kind in _PLAIN or kind is Tensor) and not compiling():
+        attributes = self.__dict__
+        free = _FREE.get(weakref.ref(type(self)), _EMPTY)
+        if (name in attributes and (kind is not Tensor or not value.__dict__)
+                and (name in free or _free(type(self), name))
+                and name not in attributes.get("_parameters", _EMPTY)
+                and name not in attributes.get("_buffers", _EMPTY)
+                and name not in attributes.get("_modules", _EMPTY)):
+            attributes[name] = value
+            return None
+    return route.original(self, name, value)
+
+
+_ASSIGN = inline(assign)
+
+
 def build(module: ModuleType) -> Callable[..., Any]:
-    """``Metric.__setattr__``: the plain store where the release's chain ends in one."""
+    """``Metric.__setattr__``'s replacement, :func:`assign` (one object: every apply installs the same)."""
+    global Tensor, _PLAIN
     import torch
 
-    tensor = torch.Tensor
-    plain = frozenset({type(None), bool, int, float})
-    empty: dict = {}
-    modules, ref = sys.modules, weakref.ref
-    if any(hasattr(tensor, name) for name in ("_is_param", "_is_buffer")):
+    if any(hasattr(torch.Tensor, name) for name in ("_is_param", "_is_buffer")):
         raise RuntimeError("torch.Tensor has a class attribute _is_param or _is_buffer")
-
-    # not named __setattr__: dynamo inlines a function of that name only when its first
-    # argument is the object (here it is the release's function)
-    def assign(original: Callable, self: Any, name: str, value: Any) -> None:
-        kind = type(value)
-        # no torch.compile can be tracing before torch._dynamo is imported (a dict lookup, not a call)
-        if (kind in plain or kind is tensor) and (_DYNAMO not in modules or not compiling()):
-            attributes = self.__dict__
-            free = _FREE.get(ref(type(self)), empty)
-            if (name in attributes and (kind is not tensor or not value.__dict__)
-                    and (name in free or _free(type(self), name))
-                    and name not in attributes.get("_parameters", empty)
-                    and name not in attributes.get("_buffers", empty)
-                    and name not in attributes.get("_modules", empty)):
-                attributes[name] = value
-                return None
-        return original(self, name, value)
-
-    return assign
+    Tensor, _PLAIN = torch.Tensor, frozenset({type(None), bool, int, float})
+    return _ASSIGN
 
 
 def _grad_names(module: ModuleType) -> Dict[str, Any]:

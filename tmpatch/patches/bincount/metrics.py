@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from tmpatch.compiled import compiling
 from tmpatch.patches.bincount.counting import RECORD, Update, active, current
+from tmpatch.spec import Route, inline
 
 #: torch.Tensor, torch.aminmax, the integer dtypes (bool not among them) and torch's
 #: deterministic-mode query, bound when a replacement is built (no torch import here)
@@ -145,7 +146,11 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
         _FIRST = not getattr(sys.modules.get("torchmetrics.utilities.data"), "_XLA_AVAILABLE", True)
         recorded = RECORD.deferred
 
-        def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        # installed itself (spec.inline: no wrapper's frame on every counting update)
+        def update(self: Any, *args: Any, route: Route, **kwargs: Any) -> Any:
+            original = route.original
+            if not route.on:
+                return original(self, *args, **kwargs)
             way = cpu_way(self, args, kwargs, curve) if CPU_FAST else RECORDED
             if way == RELEASE_FIRST:
                 try:
@@ -166,7 +171,7 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
             finally:
                 current.reset(token)
 
-        return update
+        return inline(update)
 
     return build
 
