@@ -210,3 +210,38 @@ def fingerprints_under(python: str, sources: List[str]) -> List[str]:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """For the engine's tests: a package ``toypkg`` with a defining module and two importers on disk."""
+    pkg = tmp_path / "toypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core.py").write_text(textwrap.dedent('''
+        def target(x):
+            return x * 2
+
+        class Thing:
+            def method(self, x):
+                return x * 3
+    '''))
+    (pkg / "user.py").write_text(textwrap.dedent('''
+        from toypkg.core import target
+
+        def call(x, fn=target):
+            return fn(x)
+
+        def call_kw(x, *, fn=target):
+            return fn(x)
+
+        class Runner:
+            def run(self, x, fn=target):
+                return fn(x)
+    '''))
+    (pkg / "late.py").write_text("from toypkg.core import target\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield pkg
+    for name in [n for n in sys.modules if n == "toypkg" or n.startswith("toypkg.")]:
+        del sys.modules[name]
+

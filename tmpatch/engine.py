@@ -3,16 +3,10 @@
 It knows nothing of torchmetrics. It is told a target (module name and dotted
 qualname) and a replacement, and it
 
-* wraps the original in a plain function (``__wrapped__`` names the original) that
-  calls the replacement while the layer is active and the original once it is not;
-  a replacement that carries a gate (attribute ``_tmpatch_gate``: an object whose
-  ``get()`` answers None when the replacement has nothing to do) is called only when
-  the gate answers something, so a pass-through costs no call of its own; a replacement
-  that carries its function (attribute ``_tmpatch_direct``: an edited copy of the
-  original's code, which takes the target's arguments) has that called directly;
-  a replacement that carries an inline form (attribute ``_tmpatch_inline``: a function of
-  the target's arguments and a keyword-only ``route``, a :class:`Route`) is installed
-  itself, as a copy whose ``route`` is the layer's: no wrapper frame at all;
+* wraps the original in a layer (:mod:`tmpatch.layers`: a plain function with
+  ``__wrapped__``, with the original's parameters where it has plain ones; gated, direct
+  and inline replacements) that calls the replacement while the layer is active and the
+  original once it is not;
 * puts the wrapper in every place that held the original: the owner's
   attribute, every module that bound the name with ``from ... import``, and
   default arguments of functions in the target's package;
@@ -29,58 +23,21 @@ hold a function is :mod:`tmpatch.references`.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import types
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import wrapt
 
+from tmpatch.layers import (  # noqa: F401 - GATE, DIRECT: part of the engine's API
+    DIRECT, GATE, Key, Layer, Replacement, give, wrap,
+)
 from tmpatch.references import (  # noqa: F401 - resolve, PatchError: part of the engine's API
     PatchError, Place, _chain, _Index, find_references, resolve,
 )
-from tmpatch.spec import INLINE, Route  # an inline replacement's mark, and what it is given
 
 log = logging.getLogger("tmpatch")
-
-Key = Tuple[str, str]
-Replacement = Callable[..., Any]
-
-#: the attribute of a replacement that holds its gate (module docstring)
-GATE = "_tmpatch_gate"
-#: the attribute of a replacement that holds the function it runs, called with the target's
-#: arguments alone (an edited copy of the original's code): the wrapper calls that directly
-DIRECT = "_tmpatch_direct"
-
-
-@dataclass
-class Layer:
-    """tmpatch's wrapper around one target and the places it was put in."""
-
-    key: Key
-    original: Any
-    wrapper: Any = None
-    active: bool = False
-    replacement: Any = None
-    gate: Any = None  # the replacement's gate (GATE), if it has one
-    call: Any = None  # the replacement's DIRECT function, if it has one
-    route: Optional[Route] = None  # an inline layer's route (its wrapper is the inline form's copy)
-    places: List[Place] = field(default_factory=list)
-    residue: str = ""
-    #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
-    watch: List[Place] = field(default_factory=list)
-
-    def give(self, replacement: Replacement) -> None:
-        """Make ``replacement`` the one the wrapper calls, with its gate (``GATE``), if any."""
-        self.replacement, self.gate = replacement, getattr(replacement, GATE, None)
-        self.call = getattr(replacement, DIRECT, None)
-
-    def turn(self, active: bool) -> None:
-        self.active = active
-        if self.route is not None:
-            self.route.on = active
 
 
 class Engine:
@@ -142,9 +99,9 @@ class Engine:
                 layer = None  # the target was replaced since: start afresh
         if layer is None:
             layer = Layer(key=key, original=current)
-            layer.wrapper = self._wrap(layer, replacement, method)
+            layer.wrapper = wrap(layer, replacement, method)
         else:
-            self._give(layer, replacement)
+            give(layer, replacement)
         places: List[Place] = [] if rearm else [Place("attr", owner, attr)]
         if sweep and not method:
             places += [p for p in find_references({id(layer.original): layer.original}, scope, self._index)
@@ -175,22 +132,7 @@ class Engine:
         layer = self._layers.get(key)
         if layer is None:
             raise PatchError(f"{key[0]}.{key[1]} has no tmpatch layer")
-        self._give(layer, replacement)
-
-    @staticmethod
-    def _give(layer: Layer, replacement: Replacement) -> None:
-        """``layer.give``, for a wrapping layer (a plain replacement) or an inline one (an
-        inline form: another one is copied into the layer's places)."""
-        inline = getattr(replacement, INLINE, None)
-        if (layer.route is None) != (inline is None):
-            kind = "an inline form" if inline is not None else "a plain replacement"
-            raise PatchError(f"{layer.key[0]}.{layer.key[1]}: {kind} given to a layer of the other kind")
-        if inline is not None and inline is not getattr(layer.wrapper, INLINE, None):
-            old, layer.wrapper = layer.wrapper, Engine._copy(layer, inline)
-            for place in layer.places:
-                if place.get() is old:
-                    place.set(layer.wrapper)
-        layer.give(replacement)
+        give(layer, replacement)
 
     def lingering(self, key: Key) -> List[str]:
         """After a removal: the places tmpatch's (inactive, pass-through) wrapper is in again,
@@ -207,47 +149,6 @@ class Engine:
             if any(obj is layer.wrapper for obj in _chain(current)):
                 found.append(place.describe())
         return found
-
-    @staticmethod
-    def _wrap(layer: Layer, replacement: Replacement, method: bool) -> Any:
-        """A plain Python function (no proxy object): ``torch.compile`` traces it like the
-        release's own code. A ``wrapt.FunctionWrapper`` there is taken for the function it
-        wraps (its ``__code__``), so compiled code ran the original, or failed on its
-        ``__defaults__``; and a method's bound wrapper was a graph break."""
-        original = layer.original
-        layer.give(replacement)
-        inline = getattr(replacement, INLINE, None)
-        if inline is not None:
-            layer.route = Route(original)
-            return Engine._copy(layer, inline)
-        if method:
-            def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-                if layer.active and (layer.gate is None or layer.gate.get() is not None):
-                    if layer.call is not None:
-                        return layer.call(self, *args, **kwargs)
-                    return layer.replacement(original, self, *args, **kwargs)
-                return original(self, *args, **kwargs)
-        else:
-            def wrapper(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-                if layer.active and (layer.gate is None or layer.gate.get() is not None):
-                    if layer.call is not None:
-                        return layer.call(*args, **kwargs)
-                    return layer.replacement(original, *args, **kwargs)
-                return original(*args, **kwargs)
-        functools.update_wrapper(wrapper, original)  # name, qualname, module, doc, __wrapped__
-        wrapper._self_tmpatch_key = layer.key  # type: ignore[attr-defined]  # marks tmpatch's own layer
-        return wrapper
-
-    @staticmethod
-    def _copy(layer: Layer, inline: Callable[..., Any]) -> Any:
-        """The function an inline layer installs: ``inline`` with the layer's route bound."""
-        copy = types.FunctionType(inline.__code__, inline.__globals__, inline.__name__, inline.__defaults__,
-                                  inline.__closure__)
-        copy.__kwdefaults__ = {**(inline.__kwdefaults__ or {}), "route": layer.route}
-        functools.update_wrapper(copy, layer.original)
-        setattr(copy, INLINE, inline)
-        copy._self_tmpatch_key = layer.key  # type: ignore[attr-defined]
-        return copy
 
     def remove(self, key: Key, *, scope: str) -> str:
         """Put the original back everywhere; return what had to be left, if anything."""

@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 #: where ``original`` is the release's own function, for fall-backs.
 Builder = Callable[[ModuleType], Callable[..., Any]]
 
-#: the attribute the engine reads a replacement's gate from (``tmpatch.engine.GATE``)
+#: the attribute the engine reads a replacement's gate from (``tmpatch.layers.GATE``)
 GATE = "_tmpatch_gate"
 
 #: set to True on a function given to ``Module._apply`` that moves or casts each tensor
@@ -31,7 +31,7 @@ GATE = "_tmpatch_gate"
 VALUE_MOVE = "_tmpatch_value_move"
 
 
-#: the attribute of a replacement that holds its inline form (:func:`inline`; ``tmpatch.engine``)
+#: the attribute of a replacement that holds its inline form (:func:`inline`; read by ``tmpatch.layers``)
 INLINE = "_tmpatch_inline"
 
 

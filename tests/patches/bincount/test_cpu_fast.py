@@ -88,7 +88,7 @@ def test_an_invalid_class_takes_the_recorded_update_and_is_reported(index, opene
 # -- the ways of a CPU update ---------------------------------------------------------------------
 def _way(metric, preds, target):
     curve = isinstance(metric, (cls.BinaryPrecisionRecallCurve, cls.MulticlassPrecisionRecallCurve))
-    return metrics.cpu_way(metric, (preds, target), {}, curve)
+    return metrics.cpu_way(metric, preds, target, curve)
 
 
 @pytest.mark.parametrize("make, labels, way", [

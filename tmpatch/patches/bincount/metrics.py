@@ -70,13 +70,12 @@ def _classes_valid(values: Any, low: int, high: int, ignore: Any) -> bool:
     return least.item() >= low and most.item() < high
 
 
-def cpu_way(metric: Any, args: tuple, kwargs: dict, curve: bool) -> int:
+def cpu_way(metric: Any, preds: Any, target: Any, curve: bool) -> int:
     """How ``update(preds, target)`` of ``metric`` may run on the CPU (module docstring);
     ``curve``: a precision-recall curve's update. On every CPU update: plain attribute reads.
     Always ``RECORDED`` while torch.compile traces."""
-    if len(args) != 2 or kwargs or compiling():
+    if compiling():
         return RECORDED
-    preds, target = args
     if (type(preds) is not Tensor or type(target) is not Tensor or not preds.is_cpu
             or not target.is_cpu or preds.requires_grad):
         return RECORDED
@@ -118,13 +117,10 @@ def cpu_way(metric: Any, args: tuple, kwargs: dict, curve: bool) -> int:
     return CHECKED if _classes_valid(target, 0, 2, ignore) else RECORDED
 
 
-def _scores(metric: Any, args: tuple) -> bool:
+def _scores(metric: Any, preds: Any, target: Any) -> bool:
     """Whether ``update(preds, target)`` has scores that the formatter makes valid labels: one
     column per class for a multiclass metric (``(N, C, ...)``, ``C == num_classes``: argmax in
     ``[0, C)``), the target's shape for a binary one (a threshold: 0 or 1)."""
-    if len(args) != 2:
-        return False
-    preds, target = args
     if not (isinstance(preds, Tensor) and isinstance(target, Tensor) and preds.is_floating_point()):
         return False
     attributes = metric.__dict__
@@ -146,28 +142,30 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
         _FIRST = not getattr(sys.modules.get("torchmetrics.utilities.data"), "_XLA_AVAILABLE", True)
         recorded = RECORD.deferred
 
-        # installed itself (spec.inline: no wrapper's frame on every counting update)
-        def update(self: Any, *args: Any, route: Route, **kwargs: Any) -> Any:
+        # installed itself (spec.inline: no wrapper's frame on every counting update), with the
+        # release's parameters (every class update here is ``update(self, preds, target)``): calls
+        # with a fixed argument list, no ``*args`` tuple to build and unpack
+        def update(self: Any, preds: Any, target: Any, *, route: Route) -> Any:
             original = route.original
             if not route.on:
-                return original(self, *args, **kwargs)
-            way = cpu_way(self, args, kwargs, curve) if CPU_FAST else RECORDED
+                return original(self, preds, target)
+            way = cpu_way(self, preds, target, curve) if CPU_FAST else RECORDED
             if way == RELEASE_FIRST:
                 try:
-                    return original(self, *args, **kwargs)
+                    return original(self, preds, target)
                 except RuntimeError:
                     if not active() or not recorded(self):
                         raise
                 # an invalid class (recorded below), or another error (raised again there)
             elif way:
-                return original(self, *args, **kwargs)
+                return original(self, preds, target)
             if not active() or not recorded(self) or (curve and getattr(self, "thresholds", None) is None):
-                return original(self, *args, **kwargs)
+                return original(self, preds, target)
             # the labels shortcut reads the instance's __dict__: not while compiling (a guard on every
             # entry, the update count included, would recompile each step; a compiled step fuses anyway)
-            token = current.set(Update(self, not curve and not compiling() and _scores(self, args)))
+            token = current.set(Update(self, not curve and not compiling() and _scores(self, preds, target)))
             try:
-                return original(self, *args, **kwargs)
+                return original(self, preds, target)
             finally:
                 current.reset(token)
 
