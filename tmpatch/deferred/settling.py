@@ -46,6 +46,12 @@ def start_compute(metric: Any) -> None:
         book.synced = None
 
 
+def lone(metric: Any) -> Any:
+    """The book of a metric with no module inside it (most metrics: the whole of what
+    :func:`start_compute` and :func:`settle` look at), or None (no book, or inner metrics)."""
+    return None if getattr(metric, "_modules", None) else book_of(metric)
+
+
 def clear(metric: Any) -> None:
     """Forget what the books of ``metric`` and of the metrics inside it hold."""
     for inner in _metrics_in(metric):
