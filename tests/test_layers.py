@@ -15,11 +15,11 @@ def _add_one(original, x):
     return original(x) + 1
 
 
-def _plus_hundred(self, x, *, route):
+def _plus_hundred(self, x, *, _tmpatch_route):
     """An inline form (spec.inline): the method's arguments and the layer's route."""
-    if not route.on:
-        return route.original(self, x)
-    return route.original(self, x) + 100
+    if not _tmpatch_route.on:
+        return _tmpatch_route.original(self, x)
+    return _tmpatch_route.original(self, x) + 100
 
 
 def test_an_inline_replacement_is_installed_itself_and_passes_through_once_removed(toy):
@@ -36,7 +36,7 @@ def test_an_inline_replacement_is_installed_itself_and_passes_through_once_remov
     installed = vars(core.Thing)["method"]
     assert installed is layer.wrapper and installed.__code__ is _plus_hundred.__code__  # the form, no wrapper
     assert installed.__wrapped__ is original and installed.__name__ == "method"
-    assert installed.__kwdefaults__["route"] is layer.route and layer.route.on
+    assert installed.__kwdefaults__["_tmpatch_route"] is layer.route and layer.route.on
     thing = core.Thing()
     assert thing.method(1) == 103
     assert replacement(original, thing, 1) == 103  # the usual form, for joining with other wrappers
@@ -62,11 +62,11 @@ def test_an_inline_layer_given_another_form_puts_its_copy_in_every_place(toy):
     import toypkg.user as user
     from tmpatch import spec
 
-    def plus_one(x, *, route):
-        return route.original(x) + 1 if route.on else route.original(x)
+    def plus_one(x, *, _tmpatch_route):
+        return _tmpatch_route.original(x) + (1 if _tmpatch_route.on else 0)
 
-    def plus_two(x, *, route):
-        return route.original(x) + 2 if route.on else route.original(x)
+    def plus_two(x, *, _tmpatch_route):
+        return _tmpatch_route.original(x) + (2 if _tmpatch_route.on else 0)
 
     key = ("toypkg.core", "target")
     original = core.target

@@ -12,7 +12,7 @@ import types
 import pytest
 
 from tmpatch.rewrite import RewriteError, replacement, rewrite
-from tmpatch.spec import Edit, Rewrite
+from tmpatch.spec import INLINE, Edit, Rewrite, Route
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 
@@ -161,7 +161,10 @@ def test_edits_apply_in_order_on_the_edited_tree(toy):
 def test_defaults_names_docstring_and_globals_are_the_functions(toy):
     toy.target.custom = "kept"
     new = rewrite(toy.target, [Edit("total = x + y + z", "total = x - y - z")])
+    route = new.__kwdefaults__.pop("_tmpatch_route")  # an inline form (spec.inline): on, called as it is
+    assert route.on and route.original is toy.target
     assert new.__defaults__ == (2,) and new.__kwdefaults__ == {"z": 3}
+    new.__kwdefaults__["_tmpatch_route"] = route
     assert new.__name__ == "target" and new.__qualname__ == "target" and new.__module__ == "rewrite_toy"
     assert new.__doc__ == "Scale, check, add." and new.custom == "kept"
     assert new.__wrapped__ is toy.target
@@ -244,6 +247,33 @@ def test_closures_decorated_functions_and_non_functions_are_refused(toy):
         rewrite(namespace["made"], [Edit("return x", "")])
 
 
+def test_an_edited_function_whose_route_is_off_calls_the_original_with_its_arguments_as_taken(tmp_path):
+    """What a reference to an edited function kept across revert() does: the release's function,
+    given every argument as the edited one took it (positional-only, *args, keyword-only, **kwargs)."""
+    namespace = {}
+    source = textwrap.dedent('''
+        def shaped(a, /, b=1, *rest, c, d=4, **more):
+            """Doc."""
+            total = a + b + c + d
+            return total, rest, more
+    ''')
+    path = tmp_path / "shaped.py"
+    path.write_text(source)
+    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 - a source on disk, for getsource
+    shaped = namespace["shaped"]
+    new = rewrite(shaped, [Edit("total = a + b + c + d", "total = 0")])
+    assert new(1, 2, 3, c=4, e=5) == (0, (3,), {"e": 5}) and new.__doc__ == "Doc."
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return shaped(*args, **kwargs)
+
+    new.__kwdefaults__["_tmpatch_route"] = Route(spy)  # off: what revert() leaves
+    assert new(1, 2, 3, c=4, e=5) == (11, (3,), {"e": 5})
+    assert calls == [((1, 2, 3), {"c": 4, "d": 4, "e": 5})]
+
+
 # -- replacement(): several rewrites joined, for the engine ---------------------------------
 def test_replacement_joins_the_edits_of_several_rewrites(toy):
     first = Rewrite((Edit("x = x * SCALE", "x = _tmpatch_double(x)"),),
@@ -252,6 +282,7 @@ def test_replacement_joins_the_edits_of_several_rewrites(toy):
     run = replacement(toy.target, toy, [first, second])
     assert run(toy.target, 3) == 6  # the engine passes the release's function first; it is not called
     assert run.edited.__wrapped__ is toy.target
+    assert getattr(run, INLINE) is run.edited  # the engine installs the edited function itself
     with pytest.raises(RewriteError, match="start with _tmpatch_"):
         replacement(toy.target, toy, [Rewrite((Edit("return total", "return 0"),), lambda module: {"double": 1})])
     clash = Rewrite((Edit("return total", "return _tmpatch_double(total)"),),

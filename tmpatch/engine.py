@@ -4,8 +4,8 @@ It knows nothing of torchmetrics. It is told a target (module name and dotted
 qualname) and a replacement, and it
 
 * wraps the original in a layer (:mod:`tmpatch.layers`: a plain function with
-  ``__wrapped__``, with the original's parameters where it has plain ones; gated, direct
-  and inline replacements) that calls the replacement while the layer is active and the
+  ``__wrapped__``, with the original's parameters where it has plain ones; gated and
+  inline replacements) that calls the replacement while the layer is active and the
   original once it is not;
 * puts the wrapper in every place that held the original: the owner's
   attribute, every module that bound the name with ``from ... import``, and
@@ -30,9 +30,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import wrapt
 
-from tmpatch.layers import (  # noqa: F401 - GATE, DIRECT: part of the engine's API
-    DIRECT, GATE, Key, Layer, Replacement, give, wrap,
-)
+from tmpatch.layers import GATE, Key, Layer, Replacement, give, wrap  # noqa: F401 - GATE: the engine's API
 from tmpatch.references import (  # noqa: F401 - resolve, PatchError: part of the engine's API
     PatchError, Place, _chain, _Index, find_references, resolve,
 )

@@ -11,10 +11,9 @@ this module makes it, and gives it its replacement:
   without a C call, about a microsecond less per layer in place); the replacement must take
   the target's arguments so, and is refused otherwise (:func:`_check_takes`);
 * a replacement with a gate (``GATE``) is called only while the gate answers something;
-  one with its function (``DIRECT``: an edited copy of the original's code) has that called
-  directly;
-* a replacement with an inline form (``spec.INLINE``) is installed itself: a copy of the
-  form with the layer's :class:`~tmpatch.spec.Route` bound (:func:`_copy`), no wrapper at all.
+* a replacement with an inline form (``spec.INLINE``: ``spec.inline``, and every edited
+  function of ``tmpatch.rewrite``) is installed itself: a copy of the form with the layer's
+  :class:`~tmpatch.spec.Route` bound (:func:`_copy`), no wrapper at all.
 """
 from __future__ import annotations
 
@@ -25,16 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tmpatch.references import PatchError, Place
-from tmpatch.spec import INLINE, Route
+from tmpatch.spec import INLINE, ROUTE, Route
 
 Key = Tuple[str, str]
 Replacement = Callable[..., Any]
 
 #: the attribute of a replacement that holds its gate (``spec.gated``)
 GATE = "_tmpatch_gate"
-#: the attribute of a replacement that holds the function it runs, called with the target's
-#: arguments alone (an edited copy of the original's code): the wrapper calls that directly
-DIRECT = "_tmpatch_direct"
 
 
 @dataclass
@@ -47,7 +43,6 @@ class Layer:
     active: bool = False
     replacement: Any = None
     gate: Any = None  # the replacement's gate (GATE), if it has one
-    call: Any = None  # the replacement's DIRECT function, if it has one
     route: Optional[Route] = None  # an inline layer's route (its wrapper is the inline form's copy)
     places: List[Place] = field(default_factory=list)
     residue: str = ""
@@ -57,7 +52,6 @@ class Layer:
     def give(self, replacement: Replacement) -> None:
         """Make ``replacement`` the one the wrapper calls, with its gate (``GATE``), if any."""
         self.replacement, self.gate = replacement, getattr(replacement, GATE, None)
-        self.call = getattr(replacement, DIRECT, None)
 
     def turn(self, active: bool) -> None:
         self.active = active
@@ -71,16 +65,12 @@ def _generic(layer: Layer, method: bool) -> Callable[..., Any]:
     if method:
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             if layer.active and (layer.gate is None or layer.gate.get() is not None):
-                if layer.call is not None:
-                    return layer.call(self, *args, **kwargs)
                 return layer.replacement(original, self, *args, **kwargs)
             return original(self, *args, **kwargs)
         return wrapper
 
     def function(*args: Any, **kwargs: Any) -> Any:
         if layer.active and (layer.gate is None or layer.gate.get() is not None):
-            if layer.call is not None:
-                return layer.call(*args, **kwargs)
             return layer.replacement(original, *args, **kwargs)
         return original(*args, **kwargs)
     return function
@@ -91,8 +81,6 @@ _MATCHING = """
 def _tmpatch_make(_tmpatch_layer, _tmpatch_original):
     def wrapper({params}):
         if _tmpatch_layer.active and (_tmpatch_layer.gate is None or _tmpatch_layer.gate.get() is not None):
-            if _tmpatch_layer.call is not None:
-                return _tmpatch_layer.call({args})
             return _tmpatch_layer.replacement(_tmpatch_original, {args})
         return _tmpatch_original({args})
     return wrapper
@@ -142,7 +130,7 @@ def _check_takes(layer: Layer, wrapper: Any, replacement: Replacement) -> None:
     """Raise :class:`PatchError` unless a matching wrapper can call ``replacement`` with the
     target's arguments (the defaults spelt out: every positional one by position)."""
     params = getattr(wrapper, "_tmpatch_params", None)
-    if params is None or getattr(replacement, DIRECT, None) is not None:
+    if params is None:
         return
     positional, keyword = params
     try:
@@ -190,7 +178,7 @@ def _copy(layer: Layer, inline: Callable[..., Any]) -> Any:
     """The function an inline layer installs: ``inline`` with the layer's route bound."""
     copy = types.FunctionType(inline.__code__, inline.__globals__, inline.__name__, inline.__defaults__,
                               inline.__closure__)
-    copy.__kwdefaults__ = {**(inline.__kwdefaults__ or {}), "route": layer.route}
+    copy.__kwdefaults__ = {**(inline.__kwdefaults__ or {}), ROUTE: layer.route}
     functools.update_wrapper(copy, layer.original)
     setattr(copy, INLINE, inline)
     copy._self_tmpatch_key = layer.key  # type: ignore[attr-defined]

@@ -21,6 +21,8 @@ import textwrap
 import types
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tmpatch.spec import ROUTE, Route, inline
+
 
 _FUTURE_FLAGS = 0
 for _feature in __future__.all_feature_names:
@@ -122,6 +124,42 @@ def _apply(function: ast.FunctionDef, edit: Any) -> None:
         block.append(ast.copy_location(ast.Pass(), first))
 
 
+#: generators and coroutines: a ``return`` in front of their body would not pass the call on
+_NOT_PLAIN = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+
+
+def _route(function: ast.FunctionDef) -> None:
+    """Make ``function`` an inline form (``spec.inline``): a keyword-only ``_tmpatch_route``
+    and, before its first statement (after its docstring), ``if not _tmpatch_route.on:
+    return _tmpatch_route.original(...)`` with every parameter passed on as it was taken."""
+    arguments = function.args
+    names = [a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs]
+    names += [a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    if ROUTE in names:
+        raise RewriteError(f"{function.name} already has a parameter {ROUTE}")
+    arguments.kwonlyargs.append(ast.copy_location(ast.arg(arg=ROUTE), function))
+    arguments.kw_defaults.append(None)  # the default is set on the function (a Route, always on)
+    call = [ast.Name(a.arg, ast.Load()) for a in arguments.posonlyargs + arguments.args]
+    if arguments.vararg is not None:
+        call.append(ast.Starred(ast.Name(arguments.vararg.arg, ast.Load()), ast.Load()))
+    keywords = [ast.keyword(a.arg, ast.Name(a.arg, ast.Load())) for a in arguments.kwonlyargs[:-1]]
+    if arguments.kwarg is not None:
+        keywords.append(ast.keyword(None, ast.Name(arguments.kwarg.arg, ast.Load())))
+    route = ast.Name(ROUTE, ast.Load())
+    guard = ast.If(
+        test=ast.UnaryOp(ast.Not(), ast.Attribute(route, "on", ast.Load())),
+        body=[ast.Return(ast.Call(ast.Attribute(route, "original", ast.Load()), call, keywords))],
+        orelse=[],
+    )
+    body = function.body
+    first = 1 if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                  and isinstance(body[0].value.value, str) and len(body) > 1) else 0
+    anchor = body[first]
+    for node in ast.walk(guard):
+        ast.copy_location(node, anchor)
+    body.insert(first, guard)
+
+
 def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str, ...]) -> types.CodeType:
     """The module code that defines ``__tmpatch_rewrite__(*helpers)``, a factory returning the
     edited function."""
@@ -146,6 +184,8 @@ def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str,
         raise RewriteError(f"{func.__qualname__} is decorated")
     for edit in edits:
         _apply(function, edit)
+    if not code.co_flags & _NOT_PLAIN:
+        _route(function)
     ast.increment_lineno(tree, code.co_firstlineno - 1)
     # a factory whose parameters are the helpers: the edited function closes over them
     module = ast.parse(f"def __tmpatch_rewrite__({', '.join(helpers)}):\n    return {function.name}\n")
@@ -161,7 +201,9 @@ def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str,
 
 def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapping[str, Any]] = None
             ) -> types.FunctionType:
-    """``func`` with ``edits`` applied: a new function of the same module, defaults and name.
+    """``func`` with ``edits`` applied: a new function of the same module, defaults and name,
+    and (but for a generator) an inline form (``spec.inline``): a keyword-only
+    ``_tmpatch_route``, by default a route that is on, which the engine replaces by its layer's.
 
     ``edits``: objects with ``find`` and ``replace`` source texts (:class:`tmpatch.spec.Edit`).
     ``names``: objects the replacement statements use (bound as closure variables, so the
@@ -188,7 +230,10 @@ def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapp
     exec(compiled, func.__globals__, namespace)  # noqa: S102 - the release's own code, edited
     new = namespace["__tmpatch_rewrite__"](*helpers.values())
     new.__defaults__ = func.__defaults__
-    new.__kwdefaults__ = func.__kwdefaults__
+    if ROUTE in new.__code__.co_varnames[new.__code__.co_argcount:][:new.__code__.co_kwonlyargcount]:
+        new.__kwdefaults__ = {**(func.__kwdefaults__ or {}), ROUTE: Route(func, True)}  # called as it is: on
+    else:
+        new.__kwdefaults__ = func.__kwdefaults__
     new.__qualname__ = func.__qualname__
     new.__module__ = func.__module__
     new.__doc__ = func.__doc__
@@ -198,9 +243,8 @@ def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapp
 
 
 def replacement(original: Callable[..., Any], module: Any, rewrites: Sequence[Any]) -> Callable[..., Any]:
-    """A replacement for the engine (``replacement(original, *args, **kwargs)``) that runs
-    ``original`` with the edits of every one of ``rewrites`` (:class:`tmpatch.spec.Rewrite`)
-    applied together; the helpers each rewrite's ``names(module)`` gives are bound as
+    """A replacement for the engine (``spec.inline``: installed itself) that runs ``original``
+    with the edits of every one of ``rewrites`` (:class:`tmpatch.spec.Rewrite`) applied together; the helpers each rewrite's ``names(module)`` gives are bound as
     closure variables (names starting with ``_tmpatch_``, unique across the rewrites)."""
     edits: List[Any] = []
     names: Dict[str, Any] = {}
@@ -213,10 +257,10 @@ def replacement(original: Callable[..., Any], module: Any, rewrites: Sequence[An
             raise RewriteError(f"helper names must start with _tmpatch_ and be unique: {sorted(set(odd) | clash)}")
         names.update(given)
     edited = rewrite(original, edits, names)
-
-    def run(release: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return edited(*args, **kwargs)
-
-    run.edited = edited  # type: ignore[attr-defined]
-    run._tmpatch_direct = edited  # type: ignore[attr-defined]  # the engine calls it without run's frame
-    return run
+    if ROUTE in (edited.__kwdefaults__ or {}):
+        made = inline(edited)  # the engine installs the edited function itself: no wrapper's frame
+    else:  # a generator: called through the replacement
+        def made(release: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            return edited(*args, **kwargs)
+    made.edited = edited  # type: ignore[attr-defined]
+    return made

@@ -35,29 +35,31 @@ VALUE_MOVE = "_tmpatch_value_move"
 INLINE = "_tmpatch_inline"
 
 
+#: the keyword-only parameter of an inline form that the engine binds to the layer's :class:`Route`
+ROUTE = "_tmpatch_route"
+
+
 class Route:
-    """What an inline form is given as its keyword-only ``route``: ``original``, the
+    """What an inline form is given as its keyword-only ``_tmpatch_route``: ``original``, the
     target's own function, and ``on``, False while the patch is not applied (a reference
     left behind then calls ``original`` alone). Made and switched by the engine."""
 
     __slots__ = ("original", "on")
 
-    def __init__(self, original: Callable[..., Any]) -> None:
+    def __init__(self, original: Callable[..., Any], on: bool = False) -> None:
         self.original = original
-        self.on = False
+        self.on = on
 
 
 def inline(form: Callable[..., Any]) -> Callable[..., Any]:
     """A replacement installed as ``form`` itself, with no wrapper's frame around it (for
     targets on every ``update()``'s path). ``form`` takes the target's arguments and a
-    keyword-only ``route`` (``route.original``: the release's function; ``route.on``: False
-    once the patch is reverted, when ``form`` must call ``route.original`` alone). Returns the
+    keyword-only ``_tmpatch_route`` (``.original``: the release's function; ``.on``: False
+    once the patch is reverted, when ``form`` must call ``.original`` alone). Returns the
     usual ``replacement(original, *args, **kwargs)``, marked with ``form``."""
 
     def replacement(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        route = Route(original)
-        route.on = True
-        return form(*args, route=route, **kwargs)
+        return form(*args, _tmpatch_route=Route(original, True), **kwargs)
 
     setattr(replacement, INLINE, form)
     return replacement

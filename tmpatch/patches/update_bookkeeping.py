@@ -94,10 +94,10 @@ _EMPTY: Dict[str, Any] = {}
 
 # installed itself (spec.inline: no wrapper frame); not named __setattr__: dynamo inlines a function
 # of that name only when its first argument is the object (the joined form passes the release's first)
-def assign(self: Any, name: str, value: Any, *, route: Route) -> None:
+def assign(self: Any, name: str, value: Any, *, _tmpatch_route: Route) -> None:
     """``Metric.__setattr__``: the plain store where the release's chain ends in one (module docstring)."""
     kind = type(value)
-    if route.on and (kind in _PLAIN or kind is Tensor) and not compiling():
+    if _tmpatch_route.on and (kind in _PLAIN or kind is Tensor) and not compiling():
         attributes = self.__dict__
         free = _FREE.get(weakref.ref(type(self)), _EMPTY)
         if (name in attributes and (kind is not Tensor or not value.__dict__)
@@ -107,7 +107,7 @@ def assign(self: Any, name: str, value: Any, *, route: Route) -> None:
                 and name not in attributes.get("_modules", _EMPTY)):
             attributes[name] = value
             return None
-    return route.original(self, name, value)
+    return _tmpatch_route.original(self, name, value)
 
 
 _ASSIGN = inline(assign)

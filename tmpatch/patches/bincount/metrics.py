@@ -145,9 +145,9 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
         # installed itself (spec.inline: no wrapper's frame on every counting update), with the
         # release's parameters (every class update here is ``update(self, preds, target)``): calls
         # with a fixed argument list, no ``*args`` tuple to build and unpack
-        def update(self: Any, preds: Any, target: Any, *, route: Route) -> Any:
-            original = route.original
-            if not route.on:
+        def update(self: Any, preds: Any, target: Any, *, _tmpatch_route: Route) -> Any:
+            original = _tmpatch_route.original
+            if not _tmpatch_route.on:
                 return original(self, preds, target)
             way = cpu_way(self, preds, target, curve) if CPU_FAST else RECORDED
             if way == RELEASE_FIRST:
