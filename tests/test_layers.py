@@ -144,3 +144,28 @@ def test_a_function_with_a_function_as_default_keeps_the_generic_wrapper(toy):
     assert user.call.__code__.co_flags & 0x0C and not hasattr(user.call, "_tmpatch_params")
     assert user.call(2) == core.target(2) + 1
     engine.remove(layer.key, scope="toypkg")
+
+
+def test_an_inline_form_rebuilt_by_a_later_apply_runs_in_the_layers_one_function(toy):
+    """A later apply builds the form again (a new closure of the same code): the layer keeps its
+    installed function, which runs the new form's values."""
+    import toypkg.core as core
+    from tmpatch import spec
+
+    def build(step):
+        def form(x, *, _tmpatch_route):
+            return _tmpatch_route.original(x) + (step if _tmpatch_route.on else 0)
+        return spec.inline(form)
+
+    key = ("toypkg.core", "target")
+    engine = Engine()
+    layer = engine.install(key, build(1), method=False, scope="toypkg", sweep=False)
+    installed = core.target
+    assert core.target(2) == 5
+    engine.remove(key, scope="toypkg")
+    assert installed(2) == 4  # kept across the removal: passes through
+    engine.install(key, build(10), method=False, scope="toypkg", sweep=False)
+    assert core.target is installed is layer.wrapper and core.target(2) == 14
+    engine.swap(key, build(100))
+    assert core.target is installed and core.target(2) == 104
+    engine.remove(key, scope="toypkg")

@@ -148,12 +148,29 @@ def give(layer: Layer, replacement: Replacement) -> None:
         kind = "an inline form" if inline is not None else "a plain replacement"
         raise PatchError(f"{layer.key[0]}.{layer.key[1]}: {kind} given to a layer of the other kind")
     _check_takes(layer, layer.wrapper, replacement)
-    if inline is not None and inline is not getattr(layer.wrapper, INLINE, None):
+    if inline is not None and inline is not getattr(layer.wrapper, INLINE, None) and not _refill(layer, inline):
         old, layer.wrapper = layer.wrapper, _copy(layer, inline)
         for place in layer.places:
             if place.get() is old:
                 place.set(layer.wrapper)
     layer.give(replacement)
+
+
+def _refill(layer: Layer, inline: Callable[..., Any]) -> bool:
+    """Make the inline layer's installed copy run ``inline`` (a form rebuilt by a later apply,
+    of the same code): its closure cells take the new values, so the layer keeps its one
+    function object (what :meth:`Engine.install` promises of every layer). False where the
+    code differs (the caller makes a new copy)."""
+    copy = layer.wrapper
+    cells, new = copy.__closure__ or (), inline.__closure__ or ()
+    if copy.__code__ is not inline.__code__ or len(cells) != len(new):
+        return False
+    for cell, value in zip(cells, new):
+        cell.cell_contents = value.cell_contents
+    copy.__defaults__ = inline.__defaults__
+    copy.__kwdefaults__ = {**(inline.__kwdefaults__ or {}), ROUTE: layer.route}
+    setattr(copy, INLINE, inline)
+    return True
 
 
 def wrap(layer: Layer, replacement: Replacement, method: bool) -> Any:
