@@ -9,7 +9,10 @@ found exactly once; a compound statement whose body is ``...`` matches any body,
 the replacement places where it has a ``__tmpatch_body__`` statement, as often as it
 likes) and compiles the result in the function's own module namespace,
 with its defaults, name and line numbers (tracebacks point at the release's file). The
-rest of the function is the release's code, unchanged. Knows nothing of torchmetrics.
+rest of the function is the release's code, unchanged, but for one guard in front: the
+edited function is an inline form (``spec.inline``) that the engine installs itself, and
+once its patch is reverted it calls the release's function (:func:`_route`). Knows
+nothing of torchmetrics.
 """
 from __future__ import annotations
 
@@ -244,8 +247,9 @@ def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapp
 
 def replacement(original: Callable[..., Any], module: Any, rewrites: Sequence[Any]) -> Callable[..., Any]:
     """A replacement for the engine (``spec.inline``: installed itself) that runs ``original``
-    with the edits of every one of ``rewrites`` (:class:`tmpatch.spec.Rewrite`) applied together; the helpers each rewrite's ``names(module)`` gives are bound as
-    closure variables (names starting with ``_tmpatch_``, unique across the rewrites)."""
+    with the edits of every one of ``rewrites`` (:class:`tmpatch.spec.Rewrite`) applied
+    together; the helpers each rewrite's ``names(module)`` gives are bound as closure
+    variables (names starting with ``_tmpatch_``, unique across the rewrites)."""
     edits: List[Any] = []
     names: Dict[str, Any] = {}
     for item in rewrites:
