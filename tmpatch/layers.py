@@ -168,9 +168,14 @@ def _refill(layer: Layer, inline: Callable[..., Any]) -> bool:
     for cell, value in zip(cells, new):
         cell.cell_contents = value.cell_contents
     copy.__defaults__ = inline.__defaults__
+    _bind(copy, layer, inline)
+    return True
+
+
+def _bind(copy: Any, layer: Layer, inline: Callable[..., Any]) -> None:
+    """``inline``'s keyword defaults with the layer's route, and the mark of the form it runs."""
     copy.__kwdefaults__ = {**(inline.__kwdefaults__ or {}), ROUTE: layer.route}
     setattr(copy, INLINE, inline)
-    return True
 
 
 def wrap(layer: Layer, replacement: Replacement, method: bool) -> Any:
@@ -195,8 +200,7 @@ def _copy(layer: Layer, inline: Callable[..., Any]) -> Any:
     """The function an inline layer installs: ``inline`` with the layer's route bound."""
     copy = types.FunctionType(inline.__code__, inline.__globals__, inline.__name__, inline.__defaults__,
                               inline.__closure__)
-    copy.__kwdefaults__ = {**(inline.__kwdefaults__ or {}), ROUTE: layer.route}
     functools.update_wrapper(copy, layer.original)
-    setattr(copy, INLINE, inline)
+    _bind(copy, layer, inline)
     copy._self_tmpatch_key = layer.key  # type: ignore[attr-defined]
     return copy

@@ -261,9 +261,9 @@ def pending_books() -> List[Tuple[Any, Book]]:
 
 # the report at compute() and the pending reports across revert(), in modules of their own
 from tmpatch.deferred.revert import detach, forward_step  # noqa: E402
-from tmpatch.deferred.settling import books_in, clear, count_once, lone, settle, start_compute  # noqa: E402
+from tmpatch.deferred.settling import books_in, clear, count_once, settle, start_compute  # noqa: E402
 
 __all__ = ["AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "Record", "attach", "book_of", "books_in", "clear", "count_once",
-           "detach", "forward_step", "gather", "internal", "is_live", "local_records", "lone", "moved", "open_book",
+           "detach", "forward_step", "gather", "internal", "is_live", "local_records", "moved", "open_book",
            "pending_books", "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant",
            "went_live"]

@@ -40,16 +40,21 @@ def count_once(book: Book, before: Dict[str, Any]) -> None:
             book.counts[key] = old + (now - old + 1) // 2
 
 
-def start_compute(metric: Any) -> None:
-    """Before the user's compute: forget totals of an earlier sync (a forward's)."""
-    for book in books_in(metric):
-        book.synced = None
-
-
-def lone(metric: Any) -> Any:
+def _lone(metric: Any) -> Any:
     """The book of a metric with no module inside it (most metrics: the whole of what
     :func:`start_compute` and :func:`settle` look at), or None (no book, or inner metrics)."""
     return None if getattr(metric, "_modules", None) else book_of(metric)
+
+
+def start_compute(metric: Any) -> None:
+    """Before the user's compute: forget totals of an earlier sync (a forward's)."""
+    book = _lone(metric)
+    if book is not None:  # most metrics: one book, no walk through modules
+        gather(book)
+        book.synced = None
+        return
+    for book in books_in(metric):
+        book.synced = None
 
 
 def clear(metric: Any) -> None:
@@ -64,6 +69,9 @@ def clear(metric: Any) -> None:
 def settle(metric: Any) -> None:
     """Report what the books of ``metric`` (and the metrics inside it) hold, then clear
     them: one device read for all of them. Called after the user's ``compute()``."""
+    book = _lone(metric)
+    if book is not None and not (book.marked or book.counts or book.synced):
+        return  # most computes: one empty book, nothing to read
     pending: List[Tuple[Any, Book]] = []
     for inner in _metrics_in(metric):
         book = book_of(inner)

@@ -39,16 +39,6 @@ def _settling(metric: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
     def compute(*args: Any, **kwargs: Any) -> Any:
         if deferred.internal() or (not deferred.is_live() and deferred.forward_step(1) is not None):
             return inner(*args, **kwargs)  # torchmetrics' own call (after revert: made by forward)
-        book = deferred.lone(metric)
-        if book is not None:  # start_compute and settle for one book, without their loops
-            if book.marked:
-                deferred.gather(book)
-            book.synced = None
-            with deferred.scope():
-                value = inner(*args, **kwargs)
-            if book.marked or book.counts or book.synced:
-                deferred.settle(metric)
-            return value
         deferred.start_compute(metric)
         with deferred.scope():
             value = inner(*args, **kwargs)
