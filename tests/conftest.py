@@ -26,10 +26,23 @@ def examples(count: int) -> int:
     return max(3, round(count * EXAMPLES))
 
 
+#: ``TMPATCH_HYPOTHESIS=explore`` searches with fresh draws and keeps what it finds in a database
+#: (``TMPATCH_HYPOTHESIS_DB``, default hypothesis' own ``.hypothesis``); anything else, CI included,
+#: draws the same examples at every run and reads and writes no database: a run's outcome depends
+#: on the code alone, never on what an earlier run happened to find
+EXPLORE = os.environ.get("TMPATCH_HYPOTHESIS", "").strip().lower() == "explore"
+
 try:  # tests without their own count: hypothesis' default 100, scaled the same way
     from hypothesis import settings as _hypothesis_settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
 
-    _hypothesis_settings.register_profile("tmpatch", max_examples=examples(100))
+    if EXPLORE:
+        _hypothesis_settings.register_profile(
+            "tmpatch", max_examples=examples(100), derandomize=False, print_blob=True,
+            database=DirectoryBasedExampleDatabase(os.environ.get("TMPATCH_HYPOTHESIS_DB") or ".hypothesis"))
+    else:
+        _hypothesis_settings.register_profile("tmpatch", max_examples=examples(100), derandomize=True,
+                                              database=None, print_blob=True)
     _hypothesis_settings.load_profile("tmpatch")
 except ImportError:  # the test extras are not installed: the suite says so when it imports hypothesis
     pass

@@ -67,7 +67,7 @@ def test_no_tests_collected_is_a_failure(monkeypatch, capsys):
     matrix = _matrix_module()
     monkeypatch.setattr(matrix, "install", lambda release, folder: None)
     monkeypatch.setattr(matrix, "_torch_of", lambda python: "x")
-    monkeypatch.setattr(matrix, "run", lambda python, release, folder, args, first=False: (5 if release == "1.4.0" else 0, 0.0,
+    monkeypatch.setattr(matrix, "run", lambda python, release, folder, args, first=False, explore="": (5 if release == "1.4.0" else 0, 0.0,
                                                                               "no tests ran"))
     assert matrix.main(["-r", "1.4.0", "-r", "1.9.0"]) == 1
     assert capsys.readouterr().out.rstrip().splitlines()[-1] == "matrix: 1 passed, 1 failed"
@@ -80,3 +80,35 @@ def test_a_stuck_run_is_killed_with_its_stacks(monkeypatch, tmp_path):
     code, seconds, output = matrix.run(sys.executable, "none", str(tmp_path), [str(tmp_path / "test_stuck.py")])
     assert code == 124 and seconds < 60
     assert "still running after 8s" in output and "test_stuck" in output  # where it was stuck
+
+
+def test_a_run_draws_the_same_hypothesis_examples_and_keeps_no_database():
+    """CI's outcome depends on the code alone: no example an earlier run saved is replayed."""
+    from hypothesis import settings
+
+    if os.environ.get("TMPATCH_HYPOTHESIS", "").lower() == "explore":
+        pytest.skip("an exploring run (tools/matrix.py --explore)")
+    assert settings.default.derandomize and settings.default.database is None
+
+
+def test_explore_gives_each_run_fresh_draws_and_its_own_database(monkeypatch):
+    matrix = _matrix_module()
+    seen = {}
+
+    class Process:
+        returncode, pid = 0, 0
+
+        def __init__(self, command, env, **options):
+            seen.clear()
+            seen.update(env)
+
+        def communicate(self, timeout=None):
+            return "", None
+
+    monkeypatch.setattr(matrix.subprocess, "Popen", Process)
+    monkeypatch.setenv("TMPATCH_HYPOTHESIS", "explore")  # the caller's variable does not leak into CI runs
+    matrix.run(sys.executable, "1.9.0", "/nowhere", [])
+    assert "TMPATCH_HYPOTHESIS" not in seen
+    matrix.run(sys.executable, "1.9.0", "/nowhere", [], explore="2.13.0-1.9.0")
+    assert seen["TMPATCH_HYPOTHESIS"] == "explore"
+    assert seen["TMPATCH_HYPOTHESIS_DB"] == os.path.join(ROOT, ".hypothesis", "2.13.0-1.9.0")

@@ -6,6 +6,7 @@
     python tools/matrix.py --torch 2.5.1 -r 1.6.1  # another torch (its own venv, made once)
     python tools/matrix.py --plan                  # what CI runs: every torch of PLAN with its releases
                                                    # (older torch: the tests of TORCH_TESTS)
+    python tools/matrix.py --explore -r 1.9.0      # hypothesis searches with fresh draws (not CI)
 
 Each release is installed once, without dependencies, into ``.matrix/<release>``
 (``pip install --no-deps --target``) and put first on ``PYTHONPATH``. Each torch other
@@ -17,8 +18,11 @@ while this torch's runs go. A run fails on any pytest exit status but 0 (5, "no 
 collected", included). Tests marked ``once`` (nothing in them depends on the release) run
 with each torch's first release only; hypothesis comparisons run their full count of
 examples on the ANCHORS releases and a tenth on the others (``TMPATCH_TEST_EXAMPLES`` set
-beforehand wins). Exits non-zero if any run fails; the last line reads
-``matrix: N passed, N failed`` (runs).
+beforehand wins). Hypothesis draws the same examples at every run and keeps no database
+(tests/conftest.py), so a run's outcome depends on the code alone; ``--explore`` searches with
+fresh draws instead, each run keeping what it finds in its own database
+(``.hypothesis/<torch>-<release>``), which later ``--explore`` runs of that pair replay. Exits
+non-zero if any run fails; the last line reads ``matrix: N passed, N failed`` (runs).
 """
 from __future__ import annotations
 
@@ -65,10 +69,11 @@ PLAN: Dict[str, Tuple[str, ...]] = {
 TORCH_TESTS: Tuple[str, ...] = ("tests/audit", "tests/patches", "tests/distributed", "tests/test_deferred.py",
                                 "tests/test_pytest_plugin.py")
 
-#: a run (one torch, one release) takes 1-3 minutes on 2 idle cores; one still going after this
-#: is stuck: it is killed, its stacks printed, and it fails (every test has its own bound too:
-#: ``faulthandler_timeout`` in setup.cfg prints the stacks of a test that takes too long)
-RUN_LIMIT = 1200.0
+#: a run (one torch, one release) takes 1-3 minutes on 2 idle cores and up to about 17 on a
+#: loaded box; one still going after this is stuck: it is killed, its stacks printed, and it fails
+#: (every test has its own bound too: ``faulthandler_timeout`` in setup.cfg prints the stacks of a
+#: test that takes too long)
+RUN_LIMIT = 2400.0
 
 #: torch releases built against numpy 1.x
 NUMPY_1 = re.compile(r"^2\.[0-2]\.")
@@ -123,12 +128,18 @@ def make_venv(torch_version: str) -> str:
 
 
 def run(python: str, release: str, folder: str, pytest_args: Sequence[str],
-        first: bool = False) -> Tuple[int, float, str]:
+        first: bool = False, explore: str = "") -> Tuple[int, float, str]:
+    """One pytest run of ``release`` with ``python``; ``explore``: the label of the run's own
+    hypothesis database (fresh draws), or empty for the reproducible draws."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(folder, release), ROOT, env.get("PYTHONPATH")) if p)
     env["TMPATCH_TEST_RELEASE"] = release
     env["TMPATCH_TEST_TORCH_FIRST"] = "1" if first else "0"  # tests marked `once` run once per torch
     env.setdefault("TMPATCH_TEST_EXAMPLES", "1" if release in ANCHORS else BETWEEN)
+    env.pop("TMPATCH_HYPOTHESIS", None)
+    if explore:
+        env["TMPATCH_HYPOTHESIS"] = "explore"
+        env["TMPATCH_HYPOTHESIS_DB"] = os.path.join(ROOT, ".hypothesis", explore)
     start = time.monotonic()
     proc = subprocess.Popen(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
@@ -163,6 +174,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--torch", action="append", metavar="VERSION",
                         help=f"a torch release, or '{CURRENT}' for this interpreter's (repeatable; default {CURRENT})")
     parser.add_argument("--plan", action="store_true", help="every torch of PLAN with its releases (what CI runs)")
+    parser.add_argument("--explore", action="store_true",
+                        help="hypothesis searches with fresh draws, a database per run (not what CI runs)")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="runs at once (default 2)")
     parser.add_argument("--folder", default=os.path.join(ROOT, ".matrix"), help="where releases are installed")
     parser.add_argument("pytest_args", nargs="*", help="arguments for pytest (after --)")
@@ -198,7 +211,8 @@ def main(argv: List[str]) -> int:
         else:
             paths = list(TORCH_TESTS) if args.plan and torch_version != CURRENT else []
             code, seconds, output = run(python, release, args.folder, paths + list(args.pytest_args),
-                                        first=release == plan[torch_version][0])
+                                        first=release == plan[torch_version][0],
+                                        explore=f"{label}-{release}" if args.explore else "")
         last = output.strip().splitlines()[-1] if output.strip() else "(no output)"
         with lock:
             sys.stdout.write(f"torch {label} torchmetrics {release}: exit {code} in {seconds:.0f}s: {last}\n")

@@ -18,11 +18,11 @@ and after (``torch._dynamo.reset``): run it where nothing else is compiled, as t
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from tmpatch.audit.locate import short_path
 from tmpatch.audit.sim import copy_modules
 
 log = logging.getLogger("tmpatch")
@@ -59,15 +59,6 @@ class Breaks:
                 "steps": self.steps, "error": self.error or None}
 
 
-def _short(path: str) -> str:
-    path = path.replace("\\", "/")
-    for package in ("torchmetrics/", "tmpatch/", "torch/"):
-        at = path.rfind("/" + package)
-        if at >= 0:
-            return path[at + 1:]
-    return os.path.basename(path)
-
-
 def _reason(text: str) -> str:
     line = str(text).strip().splitlines()[0] if str(text).strip() else "?"
     return line[:100]
@@ -101,7 +92,7 @@ def graph_breaks(fn: Callable[..., Any], *args: Any, steps: int = 3, **kwargs: A
                 return result
             for item in explained.break_reasons:
                 frame = item.user_stack[-1] if item.user_stack else None
-                where = f"{_short(frame.filename)}:{frame.lineno}" if frame is not None else "?"
+                where = f"{short_path(frame.filename)}:{frame.lineno}" if frame is not None else "?"
                 site = f"{where}: {_reason(item.reason)}"
                 if not any(s.startswith(where + ":") for s in result.sites):
                     result.sites.append(site)

@@ -1,6 +1,9 @@
-"""Source location of a sync point: the innermost frame outside torch and tmpatch.audit."""
+"""Source locations: the innermost frame outside torch and tmpatch.audit (where a sync point
+is), and the short form of a path that the audit's text shows."""
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import sys
 import warnings
@@ -42,3 +45,39 @@ def locate(start: int = 1) -> Tuple[str, str]:
     if frame is None:
         return "?", "?"
     return f"{frame.f_code.co_filename}:{frame.f_lineno}", frame.f_code.co_name
+
+
+@functools.lru_cache(maxsize=None)
+def _package_folders() -> Tuple[Tuple[str, str], ...]:
+    """``(folder + os.sep, name)`` of torchmetrics, tmpatch and torch where they are installed
+    (found, not imported)."""
+    found = []
+    for name in ("torchmetrics", "tmpatch", "torch"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            found.append((os.path.dirname(os.path.abspath(spec.origin)) + os.sep, name))
+    return tuple(found)
+
+
+def short_path(path: str) -> str:
+    """``path`` as the audit shows it: ``torchmetrics/...``, ``tmpatch/...`` or ``torch/...`` for
+    a file of those packages where they are installed, relative to the current directory for a
+    file below it, else whole. A folder of the user's that happens to be named ``torch`` or
+    ``tmpatch`` (a checkout, say) is not mistaken for the package."""
+    if not path or path.startswith("<"):
+        return path
+    full = os.path.abspath(path)
+    for folder, name in _package_folders():
+        if full.startswith(folder):
+            return name + "/" + full[len(folder):].replace(os.sep, "/")
+    try:
+        relative = os.path.relpath(full)
+    except ValueError:  # another drive
+        return path
+    return path if relative.startswith("..") else relative
+
+
+def short_location(location: str) -> str:
+    """``file:line`` with the file as :func:`short_path` gives it (``?`` and the like as they are)."""
+    path, colon, line = location.rpartition(":")
+    return f"{short_path(path)}:{line}" if colon and path else location

@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from tmpatch.audit.locate import short_path
 from tmpatch.audit.report import SyncPoint
 from tmpatch.audit.sim import cuda_device, simulated_cuda
 
@@ -150,12 +151,7 @@ def _your_frame(skip: Tuple[str, ...]) -> Tuple[str, str]:
 def _one_line(exc: BaseException, skip: Tuple[str, ...] = ()) -> str:
     text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(": ")
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if yours(f.filename, skip or _library_dirs())]
-    return f"{text} (at {_short(frames[-1].filename)}:{frames[-1].lineno})" if frames else text
-
-
-def _short(path: str) -> str:
-    rel = os.path.relpath(path) if os.path.isabs(path) else path
-    return path if rel.startswith("..") else rel
+    return f"{text} (at {short_path(frames[-1].filename)}:{frames[-1].lineno})" if frames else text
 
 
 # --- running -----------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ import linecache
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from tmpatch.audit.text import WIDTH, _location, fit, tag
-from tmpatch.audit.step import StepError, StepRun, _library_dirs, _short, audit_step, load, yours
+from tmpatch.audit.locate import short_location
+from tmpatch.audit.text import WIDTH, fit, tag
+from tmpatch.audit.step import StepError, StepRun, _library_dirs, audit_step, load, yours
 
 MODES = ("unpatched", "patched")
 
@@ -19,11 +20,6 @@ def _label(point: Any, skip: Tuple[str, ...]) -> str:
     if label is None and yours(point.location.rpartition(":")[0], skip):
         return "your code"
     return tag(label)
-
-
-def _where(location: str) -> str:
-    path, _, line = location.rpartition(":")
-    return f"{_short(path)}:{line}"
 
 
 def _groups(runs: Dict[str, StepRun]) -> Dict[Tuple[str, str], Dict[Any, List[int]]]:
@@ -66,14 +62,14 @@ def render(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str, 
         path, _, number = where.rpartition(":")
         source = linecache.getline(path, int(number)).strip() if number.isdigit() else ""
         total = [sum(c[i] for k, c in counts.items() if k[4]) for i in (0, 1)]
-        head = f"{_where(where)} in {function}: {total[0]} -> {total[1]}"
+        head = f"{short_location(where)} in {function}: {total[0]} -> {total[1]}"
         lines += fit(f"{head}   {source}" if len(head) + len(source) + 3 <= WIDTH else head, 6)
         for key, (was, now) in counts.items():
             kind, op, location, inner, is_sync, point = key
             extra = "" if is_sync else ", not a sync"
             lines += fit(f"    {was} -> {now}  {kind} ({op}) [{_label(point, skip)}{extra}]", 10)
             if location != where:
-                lines += fit(f"              at {_location(_where(location))} in {inner}", 4)
+                lines += fit(f"              at {short_location(location)} in {inner}", 4)
     return "\n".join(lines)
 
 

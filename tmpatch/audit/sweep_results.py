@@ -14,6 +14,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
+from tmpatch.audit.locate import short_location
 from tmpatch.audit.report import AuditReport, SyncPoint
 from tmpatch.spec import DEFERRED, INHERENT, VALIDATION, Label
 
@@ -157,15 +158,6 @@ class Sweep:
 WIDTH = 120
 
 
-def _location(location: str) -> str:
-    path, _, line = location.rpartition(":")
-    for package in ("torchmetrics/", "tmpatch/"):
-        at = path.replace("\\", "/").rfind("/" + package)
-        if at >= 0:
-            return f"{path[at + 1:]}:{line}"
-    return location
-
-
 def _pair(result: ClassResult, call: str) -> str:
     def fmt(n: Optional[int]) -> str:
         return "-" if n is None else str(n)
@@ -189,7 +181,7 @@ def render(sweep: Sweep) -> str:
                           f"{result.status('patched')}"))
         seen: Dict[Tuple[str, str, str], int] = {}
         for call, point, cause, reason in result.remaining():
-            where = "" if point is None else f"{_location(point.location)} {point.function}"
+            where = "" if point is None else f"{short_location(point.location)} {point.function}"
             key = (f"{call:<7} {where}", cause, reason)
             seen[key] = seen.get(key, 0) + 1
         for (where, cause, reason), times in seen.items():

@@ -5,6 +5,7 @@ import textwrap
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tmpatch.audit.breaks import describe
+from tmpatch.audit.locate import short_location
 
 WIDTH = 120  #: every line of the text output fits this many columns
 
@@ -37,16 +38,6 @@ def _pair(results: Dict[str, object]) -> str:
 def _breaks_pair(breaks: Dict[str, object]) -> str:
     cells = [getattr(breaks.get(mode), "cell", lambda: "-")() for mode in ("unpatched", "patched")]
     return f"{cells[0]} -> {cells[1]}"
-
-
-def _location(location: str) -> str:
-    """Shorten a path to its package-relative part (``torchmetrics/...``, ``tmpatch/...``)."""
-    path, _, line = location.rpartition(":")
-    for package in ("torchmetrics/", "tmpatch/"):
-        at = path.replace("\\", "/").rfind("/" + package)
-        if at >= 0:
-            return f"{path[at + 1:]}:{line}"
-    return location
 
 
 # --- the panel's table -------------------------------------------------------------------------
@@ -160,7 +151,7 @@ def _points(rows: Sequence["object"]) -> List[str]:
         for part, mode, point in points:
             extra = "" if point.is_sync else ", not a sync"
             lines += fit(f"    {part} {mode}: {point.kind.value} ({point.op}) [{tag(label_for(point))}{extra}]", 4)
-            lines += fit(f"      at {_location(point.location)} in {point.function}", 4)
+            lines += fit(f"      at {short_location(point.location)} in {point.function}", 4)
     return lines
 
 

@@ -172,8 +172,10 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                         pending[id(self)] = (self._update_count, x != x, value)
                         return value
                 _, value_nan, value = stash  # MeanMetric's weight: NaN where the value or the weight is
-                if value_nan.numel() == 0:
-                    return x.float()  # update() returns before using it
+                if value_nan.numel() == 0:  # update() returns before using it, but the release has
+                    if type(self.nan_strategy) is str and self.nan_strategy != "ignore":  # checked the
+                        report(self, self.nan_strategy, x != x)  # weight on its own: a NaN is reported
+                    return x.float()
                 weight = torch.broadcast_to(x, value_nan.shape)
                 weight_nan = weight != weight
                 nan = value_nan | weight_nan
