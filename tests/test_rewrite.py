@@ -206,6 +206,29 @@ def test_line_numbers_and_file_are_the_releases(toy):
     assert traceback.extract_tb(caught.value.__traceback__)[-1].lineno == _line(toy, "y = x * 2")
 
 
+def test_release_statements_kept_inside_a_replacement_keep_their_own_lines(toy):
+    """A replacement that keeps the release's statements (behind a test, say) runs each at its
+    own line, not at the first replaced one's: a traceback or an audit names the right line."""
+    keep = "if flag:\n    x = -1\nelse:\n    x = x + 1\n    y = x * 2\n"
+    new = rewrite(toy.fails_late, [Edit("x = x + 1\ny = x * 2", keep)], {"flag": False})
+    lines = {}
+
+    def tracer(frame, event, arg):
+        if frame.f_code is new.__code__ and event == "line":
+            lines.setdefault(frame.f_lineno, len(lines))
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyError):
+            new(1)
+    finally:
+        sys.settrace(None)
+    first = _line(toy, "def fails_late")
+    expected = [first + 1, first + 2, first + 3]  # x = x + 1, y = x * 2, raise KeyError(y)
+    assert [line for line in sorted(lines, key=lines.get) if line in expected] == expected
+
+
 @pytest.mark.skipif(not hasattr(types.CodeType, "co_positions"), reason="column positions from Python 3.11")
 def test_column_positions_match_the_source_in_methods(toy):
     """Python 3.11+ tracebacks underline the failing expression by its columns: in a

@@ -99,6 +99,20 @@ def _blocks(node: ast.AST) -> List[Tuple[ast.AST, str]]:
     return found
 
 
+def _keep_lines(statements: List[ast.stmt], release: List[ast.stmt]) -> None:
+    """Every statement of a replacement (at any depth) that is one of the ``release``
+    statements it replaces, unchanged, becomes that statement itself, with its own lines:
+    a traceback or an audit points at the release's line of it, not at the first one's."""
+    holders: List[Any] = [statements]
+    for statement in statements:
+        holders.extend(getattr(owner, name) for owner, name in _blocks(statement))
+    for block in holders:
+        for i, node in enumerate(block):
+            same = next((kept for kept in release if _same(node, kept)), None)
+            if same is not None:
+                block[i] = copy.deepcopy(same)
+
+
 def _apply(function: ast.FunctionDef, edit: Any) -> None:
     wanted = _statements(edit.find)
     if not wanted:
@@ -121,6 +135,7 @@ def _apply(function: ast.FunctionDef, edit: Any) -> None:
         for child in ast.walk(statement):
             if hasattr(child, "lineno"):
                 ast.copy_location(child, first)
+    _keep_lines(new, block[start:start + len(wanted)])
     _splice(new, matched[0].body if len(matched) == 1 else None)  # type: ignore[attr-defined]
     block[start:start + len(wanted)] = new
     if not block:
