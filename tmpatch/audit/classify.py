@@ -3,7 +3,7 @@
 Only ops with a CUDA tensor among their arguments are considered. Op -> kind:
 
 * ``aten._local_scalar_dense`` (``.item()``, ``bool(t)``, ``if t:``, ``float(t)``),
-  ``aten.equal`` -> device-to-host read; also ``masked_fill`` with a 0-d CUDA value (the
+  ``aten.equal``, ``aten.allclose`` (a Python bool of device values) -> device-to-host read; also ``masked_fill`` with a 0-d CUDA value (the
   kernel reads it with ``.item()``), ``histc`` with ``min == max`` (reads the input's
   range), ``multinomial`` without replacement or with one sample (checks the
   probabilities; before torch 2.6 only: later releases check them with an asynchronous
@@ -54,7 +54,7 @@ def _ops(*names: str) -> frozenset:
     return frozenset(getattr(aten, name) for name in names if hasattr(aten, name))
 
 
-_READS = _ops("_local_scalar_dense", "equal")
+_READS = _ops("_local_scalar_dense", "equal", "allclose")
 _COPIES = set(_ops("_to_copy", "copy_", "copy"))
 _INDEX_PUTS = _ops("index_put_", "index_put", "_index_put_impl_")
 _UNIQUES = _ops("_unique", "_unique2", "unique_dim", "unique_consecutive", "unique_dim_consecutive")

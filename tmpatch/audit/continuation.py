@@ -5,13 +5,14 @@ Fake tensors have no values, so the audit picks plausible ones. A scalar read (`
 of ``all()`` and ``False`` for other booleans (every check passes: "no NaN", "all in range"),
 ``1``/``1.0`` for numbers (no division by zero), ``0`` for the count of a tmpatch deferred
 record (a tensor carrying ``tmpatch.deferred.AUDIT_TAG``: nothing to report), ``True`` for
-``equal``. Each read is logged with the other answers that would take the other branch
+``equal`` and ``allclose``. Each read is logged with the other answers that would take the other branch
 (booleans: the opposite; numbers: 0; a deferred record: 1), which is what
 :func:`tmpatch.audit.branches.audit_branches` explores; ``audit(..., answers=[...])`` gives
 the answers of the first reads explicitly.
 
 A data-dependent dimension is the largest it can be (``nonzero``/``masked_select``/boolean
-index/``unique``: every element kept; ``repeat_interleave``: one repeat each); ``bincount``
+index: every element kept; ``unique``: every element, or as many as the values' known range
+holds, see :mod:`tmpatch.audit.bounds`; ``repeat_interleave``: one repeat each); ``bincount``
 has ``minlength`` bins, or one per input element when ``minlength`` is 0.
 """
 from __future__ import annotations
@@ -86,9 +87,9 @@ class Answers:
         """Answer ``t.item()``."""
         return self.answer("aten._local_scalar_dense", t, plausible_scalar(t, from_all(t)))
 
-    def equal(self) -> bool:
-        """Answer ``torch.equal``."""
-        return bool(self.answer("aten.equal", None, True))
+    def equal(self, op: str = "aten.equal") -> bool:
+        """Answer ``torch.equal`` (or ``op``, another comparison of two tensors: ``aten.allclose``)."""
+        return bool(self.answer(op, None, True))
 
 
 # --- plausible outputs for ops the fake mode cannot size -------------------------------------
@@ -98,9 +99,12 @@ def _empty(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> to
 
 
 def _unique_out(x: torch.Tensor, dim: Optional[int], inverse: bool, counts: bool) -> Tuple[torch.Tensor, ...]:
+    from tmpatch.audit.bounds import distinct
+
     long = torch.long
     if dim is None:
-        n = x.numel()
+        most = distinct(x)
+        n = x.numel() if most is None else min(x.numel(), most)
         return (_empty((n,), x.dtype, x.device), _empty(x.shape if inverse else (0,), long, x.device),
                 _empty((n,) if counts else (0,), long, x.device))
     size = x.shape[dim]

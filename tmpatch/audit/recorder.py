@@ -23,6 +23,7 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException, Dynamic
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_map
 
+from tmpatch.audit import bounds
 from tmpatch.audit.classify import Found, classify, classify_all, is_cuda, tensors
 from tmpatch.audit.continuation import Answers, shaped_on_host, synthesize, tag_all
 from tmpatch.audit.locate import locate
@@ -122,6 +123,7 @@ class SyncRecorder(TorchDispatchMode):
         out = self._run(func, args, kwargs)
         if func.overloadpacket is aten.all:
             tag_all(out)
+        bounds.note(func, args, kwargs, out)
         self._check_devices(func, args, kwargs, out)
         return out
 
@@ -133,8 +135,8 @@ class SyncRecorder(TorchDispatchMode):
             packet = func.overloadpacket
             if packet is aten._local_scalar_dense:
                 return self.answers.scalar(args[0])
-            if packet is aten.equal:
-                return self.answers.equal()
+            if packet in (aten.equal, aten.allclose):
+                return self.answers.equal(op_name(func))
             out = synthesize(func, args, kwargs)
             if out is NotImplemented:
                 if not classify_all(func, args, kwargs) and any(is_cuda(t) for t in tensors(args)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
@@ -11,7 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_map
 
-from tmpatch.audit import caches, guard
+from tmpatch.audit import autograd, caches, guard
 from tmpatch.audit.continuation import Answers
 from tmpatch.audit.host import FakeHostViews
 from tmpatch.audit.recorder import SyncRecorder
@@ -93,6 +94,21 @@ def _move_module(module: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Ten
     return module
 
 
+@contextlib.contextmanager
+def _new_parameters() -> Iterator[None]:
+    """``module.to("cuda")`` in a simulation gives a module new parameters (simulated), as
+    ``torch.__future__.set_overwrite_module_params_on_conversion(True)`` does, the default of
+    newer torch for a fake tensor; older torch would set the real parameter's ``.data`` to
+    it, leaving a parameter on the meta device."""
+    future = torch.__future__
+    before = future.get_overwrite_module_params_on_conversion()
+    future.set_overwrite_module_params_on_conversion(True)
+    try:
+        yield
+    finally:
+        future.set_overwrite_module_params_on_conversion(before)
+
+
 @dataclass
 class SimulatedCuda:
     """Handle of an active :func:`simulated_cuda` block: the points recorded (syncs and
@@ -101,6 +117,12 @@ class SimulatedCuda:
     device: torch.device
     sync_points: List[SyncPoint] = field(default_factory=list)
     answers: Answers = field(default_factory=Answers)
+    engine: Optional[autograd.SimulatedEngine] = None  #: runs the block's backward passes
+
+    @property
+    def backward_calls(self) -> int:
+        """Backward passes run on simulated tensors so far (see :mod:`tmpatch.audit.autograd`)."""
+        return self.engine.calls if self.engine is not None else 0
 
     def put(self, obj: Any) -> Any:
         """:func:`to_sim_cuda` onto this simulation's device."""
@@ -118,7 +140,8 @@ def simulated_cuda(device: DeviceLike = "cuda:0", on_sync: Optional[Callable[[Sy
     passed to ``on_sync``, which may raise to stop the block). ``answers``: the values of
     the first value reads (see :class:`tmpatch.audit.continuation.Answers`). The current
     CUDA device is always ``cuda:0``. Works on CPU-only builds of torch and on CUDA builds
-    without a GPU or driver (see :mod:`tmpatch.audit.guard`). Tensors made here must not be
+    without a GPU or driver (see :mod:`tmpatch.audit.guard`); backward passes run too (see
+    :mod:`tmpatch.audit.autograd`). Tensors made here must not be
     used after it; the module-level caches that would keep some are put back as they were
     (:mod:`tmpatch.audit.caches`).
     """
@@ -137,8 +160,9 @@ def simulated_cuda(device: DeviceLike = "cuda:0", on_sync: Optional[Callable[[Sy
     try:
         recorder = SyncRecorder(sink, answers=handle.answers)
         fake_log.setLevel(logging.CRITICAL)
-        with caches.kept(), FakeTensorMode(allow_non_fake_inputs=True, allow_fallback_kernels=False), recorder, \
-                FakeHostViews(recorder):
+        with caches.kept(), _new_parameters(), autograd.installed() as engine, \
+                FakeTensorMode(allow_non_fake_inputs=True, allow_fallback_kernels=False), recorder, FakeHostViews(recorder):
+            handle.engine = engine
             _ACTIVE.append(handle)
             try:
                 yield handle
@@ -168,12 +192,17 @@ def copy_modules(fn: Callable[..., Any], args: Any, kwargs: Dict[str, Any]) -> A
     """Deep-copy the modules in ``args``/``kwargs`` and the one ``fn`` is bound to, consistently.
 
     Returns ``(fn, args, kwargs)`` pointing at the copies, so an audit leaves the caller's
-    metrics untouched.
+    metrics untouched. Each copy keeps its original's own functions (see :func:`_keep_functions`):
+    it runs the code the original runs.
     """
     memo: Dict[int, Any] = {}
 
     def dup(value: Any) -> Any:
-        return copy.deepcopy(value, memo) if isinstance(value, torch.nn.Module) else value
+        if not isinstance(value, torch.nn.Module):
+            return value
+        twin = copy.deepcopy(value, memo)
+        _keep_functions(value, twin, memo)
+        return twin
 
     owner = module_owner(fn)
     if owner is fn:
@@ -187,3 +216,60 @@ def copy_modules(fn: Callable[..., Any], args: Any, kwargs: Dict[str, Any]) -> A
         else:
             fn = bound
     return fn, tree_map(dup, args), tree_map(dup, kwargs)
+
+
+def _keep_functions(original: torch.nn.Module, twin: torch.nn.Module, memo: Dict[int, Any]) -> None:
+    """Give each module of ``twin`` the functions its original holds in its instance ``__dict__``,
+    rebound to the copies (``memo``: the deep copy's).
+
+    A Metric wraps its ``update`` and ``compute`` when it is built and keeps the wrappers on
+    the instance; a copy made by ``deepcopy`` (``__setstate__``) wraps them again with the
+    class's code of now. A metric built before ``tmpatch.apply()`` keeps the release's
+    functions (and has no book of deferred reports), so its copy must too, or the audit
+    reports what a new metric would do.
+    """
+    from tmpatch import deferred
+
+    for source, copied in zip(original.modules(), twin.modules()):
+        books = deferred.mirror(source, copied)  # tmpatch's own record of the metric: as the original's
+        if books is not None:
+            memo.setdefault(id(books[0]), books[1])
+        own = vars(copied)
+        for name, value in vars(source).items():
+            if isinstance(value, types.FunctionType) and value.__closure__:
+                own[name] = _rebound(value, memo, 0)
+
+
+def _rebound(value: Any, memo: Dict[int, Any], depth: int) -> Any:
+    """``value`` with every object the deep copy copied replaced by its copy: a copied object
+    itself, a bound method of one, a function whose closure or attributes hold one (a new
+    function of the same code); anything else is ``value`` itself."""
+    if depth > 8:
+        return value
+    twin = memo.get(id(value))
+    if twin is not None and twin is not value and id(value) != id(memo):
+        return twin
+    if isinstance(value, types.MethodType):
+        owner = _rebound(value.__self__, memo, depth + 1)
+        return value if owner is value.__self__ else types.MethodType(value.__func__, owner)
+    if not isinstance(value, types.FunctionType) or not (value.__closure__ or value.__dict__):
+        return value
+    cells = []
+    for cell in value.__closure__ or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:  # an empty cell
+            cells.append(cell)
+            continue
+        new = _rebound(content, memo, depth + 1)
+        cells.append(cell if new is content else types.CellType(new))
+    extra = {key: _rebound(item, memo, depth + 1) for key, item in value.__dict__.items()}
+    if all(a is b for a, b in zip(cells, value.__closure__ or ())) and \
+            all(extra[key] is item for key, item in value.__dict__.items()):
+        return value
+    made = types.FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__,
+                              tuple(cells) if value.__closure__ is not None else None)
+    made.__kwdefaults__ = value.__kwdefaults__
+    made.__qualname__, made.__module__, made.__doc__ = value.__qualname__, value.__module__, value.__doc__
+    made.__dict__.update(extra)
+    return made

@@ -2,12 +2,14 @@
 
 The contract: ``FUNCTION(device)`` (or ``FUNCTION()``, which then uses ``"cuda"`` itself)
 builds the step's metrics and tensors on ``device`` and returns the step, a callable
-without arguments. What runs before it returns is set-up, not counted; one call of the
-step is audited. A function that returns no callable is the step itself, set-up included.
-It runs twice, with tmpatch reverted and applied (it must build its metrics itself, so
-that the patched run has patched metrics), on simulated CUDA unless ``real``; each sync is
-reported at the line of the user's code that led to it (the innermost frame outside torch,
-torchmetrics, tmpatch, wrapt and the standard library) and where it happened.
+without arguments. What runs before it returns is set-up, not counted; the step is then
+called twice and the second call is audited: the first is set-up too (work done on a first
+call only: a MetricCollection's compute-group check, an optimizer's new state). A function that returns no callable is the step itself,
+set-up included. It runs twice, with tmpatch reverted and applied (it must build its
+metrics itself, so that the patched run has patched metrics), on simulated CUDA unless
+``real``; each sync is reported at the line of the user's code that led to it (the
+innermost frame outside torch, torchmetrics, tmpatch, wrapt and the standard library) and
+where it happened.
 """
 from __future__ import annotations
 
@@ -51,8 +53,11 @@ class StepRun:
 
     mode: str
     seen: List[Seen] = field(default_factory=list)
-    split: bool = False  #: the function returned the step: its set-up is not counted
+    split: bool = False  #: the function returned the step: its set-up and first call are not counted
+    first: List[Seen] = field(default_factory=list)  #: the points of the first call (split only; not counted)
+    phase: str = "set-up"  #: what was running last: ``set-up``, ``first call`` or ``step``
     stopped: str = ""  #: the simulation stopped early there (an op it cannot size)
+    backward: int = 0  #: backward passes of the audited call run on simulated CUDA (tmpatch.audit.autograd)
     states: Dict[str, str] = field(default_factory=dict)  #: patch states of the run (patched: ``apply()``'s)
 
     @property
@@ -156,23 +161,41 @@ def _one_line(exc: BaseException, skip: Tuple[str, ...] = ()) -> str:
 
 # --- running -----------------------------------------------------------------------------------
 
-def _call(fn: Callable[..., Any], device: Optional[torch.device], run: StepRun, clear: Callable[[], None]) -> None:
+def _call(fn: Callable[..., Any], device: Optional[torch.device], run: StepRun, clear: Callable[[], None],
+          mark: Callable[[], None] = lambda: None) -> None:
     out = fn(device) if device is not None else fn()
     if callable(out):
         run.split = True
         clear()
+        run.phase = "first call"
         out()
+        run.first = list(run.seen)
+        clear()
+        run.phase = "step"
+        mark()
+        out()
+    else:
+        run.phase = "step"
 
 
 def _simulated(fn: Callable[..., Any], device: Optional[torch.device], run: StepRun, dev: torch.device) -> None:
     from tmpatch.audit.recorder import FAKE_ERRORS
 
     skip = _library_dirs()
-    with simulated_cuda(dev, on_sync=lambda point: run.seen.append(Seen(point, *_your_frame(skip)))):
+    with simulated_cuda(dev, on_sync=lambda point: run.seen.append(Seen(point, *_your_frame(skip)))) as sim:
+        before = [0]
+
+        def mark() -> None:
+            before[0] = sim.backward_calls
+
         try:
-            _call(fn, device, run, lambda: run.seen.clear())
+            _call(fn, device, run, lambda: run.seen.clear(), mark)
         except FAKE_ERRORS as exc:
             run.stopped = _one_line(exc, skip)
+            if run.phase == "first call":  # what was seen is the first call's
+                run.first, run.seen = list(run.seen), []
+        finally:
+            run.backward = sim.backward_calls - before[0] if run.phase == "step" else 0
 
 
 @contextlib.contextmanager
@@ -210,10 +233,33 @@ def run_step(fn: Callable[..., Any], mode: str, dev: torch.device, real: bool = 
     except StepError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's code: one line, no traceback
-        simulation = not real and isinstance(exc, (RuntimeError, NotImplementedError))
-        hint = "; some ops cannot run on simulated CUDA: --real on a GPU runs them" if simulation else ""
-        raise StepError(f"--step: the step raised {_one_line(exc)} ({mode} run{hint})") from None
+        where = f"{mode} run" + (f", {run.phase}" if run.split or run.phase != "step" else "")
+        raise StepError(f"--step: the step raised {_one_line(exc)} ({where}{_hint(exc, real)})") from None
     return run
+
+
+def _release_check(exc: BaseException) -> Optional[str]:
+    """The torchmetrics function whose own ``raise`` ``exc`` is (its innermost frame), or None."""
+    found = importlib.util.find_spec("torchmetrics")
+    frames = traceback.extract_tb(exc.__traceback__)
+    if found is None or not found.origin or not frames:
+        return None
+    folder = os.path.join(os.path.dirname(os.path.abspath(found.origin)), "")
+    return frames[-1].name if os.path.abspath(frames[-1].filename).startswith(folder) else None
+
+
+def _hint(exc: BaseException, real: bool) -> str:
+    if real:
+        return ""
+    check = _release_check(exc)
+    if check is not None:
+        return (f"; raised by torchmetrics' {check} on simulated values: they have shapes, not values, and a "
+                "size that depends on them is the largest it can be (torch.unique keeps every element unless the "
+                "tensor comes from torch.randint, argmax or host data); validate_args=False leaves the check "
+                "out, --real on a GPU runs it on real values")
+    if isinstance(exc, (RuntimeError, NotImplementedError)):
+        return "; some ops cannot run on simulated CUDA: --real on a GPU runs them"
+    return ""
 
 
 def audit_step(fn: Callable[..., Any], device: Any = "cuda:0", real: bool = False) -> Dict[str, StepRun]:

@@ -6,6 +6,7 @@ import linecache
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from tmpatch.audit.autograd import LEFT_OUT
 from tmpatch.audit.locate import short_location
 from tmpatch.audit.text import WIDTH, fit, tag
 from tmpatch.audit.step import StepError, StepRun, _library_dirs, audit_step, load, yours
@@ -46,14 +47,26 @@ def render(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str, 
         counts[state] = counts.get(state, 0) + 1
     lines.append("patched: tmpatch.apply(), " + ", ".join(f"{n} {state}" for state, n in counts.items())
                  + " (tmpatch status names them)")
-    what = "one call of the step the function returned (the set-up before it is not counted)" \
+    what = "the second call of the step the function returned (the set-up before it and the first call, with " \
+        "its first-call work such as a MetricCollection's compute-group check, are not counted)" \
         if runs["unpatched"].split else "one call of the function, set-up included (return the step to leave it out)"
-    lines += fit(f"audited: {what}", 4) + [""]
+    lines += fit(f"audited: {what}", 4)
+    backward = max(runs[m].backward for m in MODES)
+    if backward and not real:
+        passes = "1 pass" if backward == 1 else f"{backward} passes"
+        lines += fit(f"backward ({passes} per step): run by tmpatch's own walk of the autograd graph (torch's engine "
+                     f"needs a GPU); its ops are audited, {LEFT_OUT}", 4)
+    lines.append("")
     before, after = (runs[m].count for m in MODES)
     lines.append(f"sync points per step, unpatched -> patched: {before} -> {after}")
+    if runs["unpatched"].split:
+        first = [sum(s.point.is_sync for s in runs[m].first) for m in MODES]
+        lines.append(f"first call (set-up, not counted), unpatched -> patched: {first[0]} -> {first[1]}")
     for mode in MODES:
-        if runs[mode].stopped:
-            lines += fit(f"{mode}: the simulation stopped early, {runs[mode].stopped}: an op whose output size "
+        run = runs[mode]
+        if run.stopped:
+            where = "in the first call (the audited call did not run)" if run.phase == "first call" else "early"
+            lines += fit(f"{mode}: the simulation stopped {where}, {run.stopped}: an op whose output size "
                          "it cannot work out; syncs after it are not seen (--real on a GPU runs it)", 4)
     groups = _groups(runs)
     if groups:
@@ -84,7 +97,11 @@ def to_dict(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str,
 
     return {"step": spec, "torchmetrics": release, "mode": "real" if real else "simulated", "patches": states,
             **{mode: {"count": run.count, "split": run.split, "stopped": run.stopped or None,
-                      "points": [point(s) for s in run.seen]} for mode, run in runs.items()}}
+                      "stopped_in": run.phase if run.stopped else None, "backward": run.backward,
+                      "points": [point(s) for s in run.seen],
+                      "first_call": {"count": sum(s.point.is_sync for s in run.first),
+                                     "points": [point(s) for s in run.first]}}
+               for mode, run in runs.items()}}
 
 
 def main(spec: str, real: bool = False, as_json: bool = False, fail_on_sync: bool = False,

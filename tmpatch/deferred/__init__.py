@@ -141,8 +141,22 @@ def gather(book: Book) -> None:
         book.traced[key] = value.new_zeros(())
 
 
+def mirror(original: Any, twin: Any) -> Optional[Tuple[Book, Book]]:
+    """Make ``twin`` (a copy of ``original``, e.g. the one an audit runs) have a book exactly
+    when ``original`` has one: a copy made while the patch is applied gets one, which a
+    metric built before ``apply()`` does not have. Returns ``(original's, twin's)`` books
+    when both have one (a function of the original holding its book must hold the twin's)."""
+    mine = book_of(original)
+    if mine is None:
+        if book_of(twin) is not None:
+            del _books[id(twin)]
+        return None
+    return mine, open_book(twin)
+
+
 def _forget(key: int, book: "weakref.ref[Book]") -> None:
-    if _books.get(key) is book():
+    held = book()
+    if held is not None and _books.get(key) is held:
         del _books[key]
 
 
@@ -264,6 +278,6 @@ from tmpatch.deferred.revert import detach, forward_step  # noqa: E402
 from tmpatch.deferred.settling import books_in, clear, count_once, settle, start_compute  # noqa: E402
 
 __all__ = ["AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "Record", "attach", "book_of", "books_in", "clear", "count_once",
-           "detach", "forward_step", "gather", "internal", "is_live", "local_records", "moved", "open_book",
-           "pending_books", "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant",
+           "detach", "forward_step", "gather", "internal", "is_live", "local_records", "mirror", "moved",
+           "open_book", "pending_books", "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant",
            "went_live"]
