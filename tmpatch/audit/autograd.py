@@ -201,7 +201,7 @@ class SimulatedEngine:
                     dependencies[child] -= 1
                     if dependencies[child] == 0 and (run is None or child in run or child in capturing):
                         heapq.heappush(ready, (-child._sequence_nr(), next(order), child))
-        if not allow_unreachable and not all(reached):
+        if not accumulate_grad and not allow_unreachable and not all(reached):
             raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
                                "Set allow_unused=True if this is the desired behavior.")
         return tuple(captured) if not accumulate_grad else ()
