@@ -33,6 +33,31 @@ def test_audit_leaves_the_callers_metric_alone():
         assert type(getattr(metric, key)) is torch.Tensor and torch.equal(getattr(metric, key), value)
 
 
+def test_a_metric_built_before_apply_is_audited_as_it_runs():
+    """A metric built before ``tmpatch.apply()`` keeps the release's update (and has no book of
+    deferred reports): it syncs on every update. The audit's copy must do what the object does,
+    not what a metric built now would do."""
+    import tmpatch
+    from torchmetrics import MeanMetric
+
+    from tmpatch.audit.api import audit_simulated
+
+    tmpatch.revert()
+    unpatched = count_syncs(MeanMetric().update, torch.randn(8), real=False)
+    old, itself = MeanMetric(), MeanMetric()
+    tmpatch.apply()
+    new = MeanMetric()
+    # the object itself, no copy: what it really does (it is changed by the run)
+    own = audit_simulated(itself.update, (torch.randn(8),), {}, torch.device("cuda", 0)).count
+    assert own >= 1 and unpatched >= 1
+    assert count_syncs(old.update, torch.randn(8), real=False) == own
+    assert count_syncs(old, torch.randn(8), real=False) == own  # forward: the same update
+    assert count_syncs(new.update, torch.randn(8), real=False) == 0
+    # and the copy of a metric built now runs its patched update (and reports nothing pending)
+    report = audit(new.update, torch.randn(8), real=False)
+    assert report.complete and report.count == 0
+
+
 def test_metric_passed_as_argument_is_copied_and_moved():
     from torchmetrics import SumMetric
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -63,6 +64,38 @@ def stopping_step(device):
     x = torch.ones(3, device=device)
     x.sum().item()  # <- seen
     raise DynamicOutputShapeException(torch.ops.aten.nonzero.default)  # <- stop
+
+
+def collection_step(device):
+    from torchmetrics import MetricCollection
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+    metrics = MetricCollection([MulticlassAccuracy(num_classes=5, validate_args=False),
+                                MulticlassF1Score(num_classes=5, validate_args=False)]).to(device)
+    preds, target = torch.randn(16, 5, device=device), torch.randint(0, 5, (16,), device=device)
+
+    def step():
+        metrics.update(preds, target)
+        values.append(preds.sum().item())  # <- after
+
+    return step
+
+
+def labels_step(device, labels=None):
+    from torchmetrics.classification import MulticlassAccuracy
+
+    accuracy = MulticlassAccuracy(num_classes=10).to(device)  # validate_args=True
+    target = torch.randint(0, 10, (32,), device=device)
+    preds = torch.randn(32, 10, device=device).argmax(dim=1) if labels is None else labels(device)
+
+    def step():
+        accuracy.update(preds, target)  # <- labels
+
+    return step
+
+
+def unknown_labels_step(device):
+    return labels_step(device, lambda d: torch.empty(32, dtype=torch.long, device=d).random_())
 
 
 def _line(fn, marker):
@@ -194,6 +227,53 @@ def test_the_readme_example(capsys):
             os.chdir(old)
         out = capsys.readouterr().out.splitlines()
         assert out[out.index(expected[0]):] == expected
+
+
+def test_a_training_step_with_backward_and_a_default_metric_collection(capsys):
+    """examples/train_step.py, as a new user writes it: backward and the optimizer step run on
+    simulated CUDA; the collection's compute-group check (first update only) is left out with
+    the first call; validate_args=True runs; the user's own loss.item() is seen."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+    path = os.path.join(root, "examples", "train_step.py")
+    runs = audit_step(load(path + ":make_step"))
+    item = marked_line(load(path + ":make_step"), "progress.append(loss.item())")
+    for mode in ("unpatched", "patched"):
+        run = runs[mode]
+        assert run.split and not run.stopped and run.backward == 1
+        assert any(s.point.op == "aten.allclose" for s in run.first)
+        assert not any(s.point.op == "aten.allclose" for s in run.seen)
+        assert [s.where for s in run.seen if s.point.is_sync][-1] == f"{path}:{item}"
+    patched = [s for s in runs["patched"].seen if s.point.is_sync]
+    assert all(s.where == f"{path}:{item}" or s.point.op == "aten._unique2" for s in patched)
+    assert runs["unpatched"].count > runs["patched"].count
+    assert cli.main(["--step", path + ":make_step"]) == 0
+    out = capsys.readouterr().out
+    assert "backward (1 pass per step): run by tmpatch's own walk of the autograd graph" in out
+    assert "first call (set-up, not counted), unpatched -> patched: " in out
+
+
+def test_first_call_work_is_set_up_and_the_rest_of_the_step_is_seen():
+    """A MetricCollection checks its compute groups on its first update (``allclose`` of the
+    states, a read each): set-up, in the first call; the step goes on to the user's read."""
+    runs = audit_step(collection_step)
+    for run in runs.values():
+        assert not run.stopped and run.split
+        assert {s.point.op for s in run.first if s.point.op == "aten.allclose"} == {"aten.allclose"}
+        assert [s.where for s in run.seen if s.function == "step" and "test_step" in s.point.location] == [
+            _line(collection_step, "after")]
+    assert runs["patched"].count == 1
+
+
+def test_validation_runs_on_simulated_values_of_a_known_range(capsys):
+    """Predicted labels (argmax) and targets from randint have a range: torch.unique of them keeps
+    at most num_classes values, so the release's check passes, as on a GPU."""
+    runs = audit_step(labels_step)
+    assert {s.where for s in runs["unpatched"].seen} == {_line(labels_step, "labels")}
+    assert cli.main(["--step", "tests.audit.test_step:unknown_labels_step"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"\(unpatched run, first call; raised by torchmetrics' \w+ on simulated values: they have "
+                     r"shapes, not values", err), err
+    assert "validate_args=False leaves the check out, --real on a GPU runs it on real values)" in err
 
 
 @pytest.mark.once

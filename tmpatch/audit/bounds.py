@@ -62,7 +62,7 @@ def _fits(bounds: Bounds, dtype: torch.dtype) -> bool:
     if dtype is torch.bool:
         return 0 <= bounds[0] and bounds[1] <= 2
     if dtype.is_floating_point:
-        return max(abs(bounds[0]), abs(bounds[1])) <= 2 ** (torch.finfo(dtype).nmant + 1)
+        return max(abs(bounds[0]), abs(bounds[1])) <= round(2 / torch.finfo(dtype).eps)  # integers exact
     if dtype.is_complex:
         return False
     info = torch.iinfo(dtype)

@@ -55,7 +55,7 @@ class StepRun:
     seen: List[Seen] = field(default_factory=list)
     split: bool = False  #: the function returned the step: its set-up and first call are not counted
     first: List[Seen] = field(default_factory=list)  #: the points of the first call (split only; not counted)
-    phase: str = "set-up"  #: what was running last: ``set-up``, ``first call`` or ``step``
+    phase: str = "set-up"  #: what ran last: ``set-up``, ``first call``, ``second call`` (split) or ``step`` (whole)
     stopped: str = ""  #: the simulation stopped early there (an op it cannot size)
     backward: int = 0  #: backward passes of the audited call run on simulated CUDA (tmpatch.audit.autograd)
     states: Dict[str, str] = field(default_factory=dict)  #: patch states of the run (patched: ``apply()``'s)
@@ -171,7 +171,7 @@ def _call(fn: Callable[..., Any], device: Optional[torch.device], run: StepRun, 
         out()
         run.first = list(run.seen)
         clear()
-        run.phase = "step"
+        run.phase = "second call"
         mark()
         out()
     else:
@@ -195,7 +195,7 @@ def _simulated(fn: Callable[..., Any], device: Optional[torch.device], run: Step
             if run.phase == "first call":  # what was seen is the first call's
                 run.first, run.seen = list(run.seen), []
         finally:
-            run.backward = sim.backward_calls - before[0] if run.phase == "step" else 0
+            run.backward = sim.backward_calls - before[0] if run.phase in ("step", "second call") else 0
 
 
 @contextlib.contextmanager
@@ -233,7 +233,7 @@ def run_step(fn: Callable[..., Any], mode: str, dev: torch.device, real: bool = 
     except StepError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's code: one line, no traceback
-        where = f"{mode} run" + (f", {run.phase}" if run.split or run.phase != "step" else "")
+        where = f"{mode} run" + (f", {run.phase}" if run.split else "")
         raise StepError(f"--step: the step raised {_one_line(exc)} ({where}{_hint(exc, real)})") from None
     return run
 

@@ -59,8 +59,8 @@ def render(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str, 
     lines.append("")
     before, after = (runs[m].count for m in MODES)
     lines.append(f"sync points per step, unpatched -> patched: {before} -> {after}")
-    if runs["unpatched"].split:
-        first = [sum(s.point.is_sync for s in runs[m].first) for m in MODES]
+    first = [sum(s.point.is_sync for s in runs[m].first) for m in MODES]
+    if runs["unpatched"].split and first != [before, after]:  # first-call work: shown, not counted
         lines.append(f"first call (set-up, not counted), unpatched -> patched: {first[0]} -> {first[1]}")
     for mode in MODES:
         run = runs[mode]
