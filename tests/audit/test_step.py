@@ -98,6 +98,10 @@ def unknown_labels_step(device):
     return labels_step(device, lambda d: torch.empty(32, dtype=torch.long, device=d).random_())
 
 
+def wrong_shape_step(device):
+    return labels_step(device, lambda d: torch.randint(0, 10, (16,), device=d))
+
+
 def _line(fn, marker):
     return f"{HERE}:{marked_line(fn, f'# <- {marker}')}"
 
@@ -274,6 +278,10 @@ def test_validation_runs_on_simulated_values_of_a_known_range(capsys):
     assert re.search(r"\(unpatched run, first call; raised by torchmetrics' \w+ on simulated values: they have "
                      r"shapes, not values", err), err
     assert "validate_args=False leaves the check out, --real on a GPU runs it on real values)" in err
+    # a check that fails on what the simulation has exactly (shapes) is the user's error, no hint
+    assert cli.main(["--step", "tests.audit.test_step:wrong_shape_step"]) == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("(unpatched run, first call)"), err
 
 
 @pytest.mark.once

@@ -54,7 +54,9 @@ def audit(fn: Callable[..., Any], *args: Any, device: DeviceLike = "cuda:0", rea
 
     Tensors in the arguments go to ``device``; modules/Metrics in the arguments and the
     module ``fn`` is bound to (``metric.update``) are deep-copied first, then moved, so the
-    caller's objects are left as they were. ``real=None`` uses a real GPU when there is one
+    caller's objects are left as they were; a copy runs what its original runs (a metric
+    built before ``tmpatch.apply()`` keeps the release's update, see
+    :func:`tmpatch.audit.sim.copy_modules`). ``real=None`` uses a real GPU when there is one
     (syncs counted by ``torch.cuda.set_sync_debug_mode("warn")``), else simulated CUDA
     (fake tensors: the return value holds fake tensors, and the run continues past each
     sync with plausible values, see :mod:`tmpatch.audit.continuation`). ``real=False``

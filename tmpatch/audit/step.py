@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from tmpatch.audit.locate import short_path
-from tmpatch.audit.report import SyncPoint
+from tmpatch.audit.report import SyncKind, SyncPoint
 from tmpatch.audit.sim import cuda_device, simulated_cuda
 
 USAGE = "--step wants MODULE:FUNCTION or path/to/file.py:FUNCTION"
@@ -234,12 +234,13 @@ def run_step(fn: Callable[..., Any], mode: str, dev: torch.device, real: bool = 
         raise
     except Exception as exc:  # noqa: BLE001 - the user's code: one line, no traceback
         where = f"{mode} run" + (f", {run.phase}" if run.split else "")
-        raise StepError(f"--step: the step raised {_one_line(exc)} ({where}{_hint(exc, real)})") from None
+        raise StepError(f"--step: the step raised {_one_line(exc)} ({where}{_hint(exc, real, run)})") from None
     return run
 
 
 def _release_check(exc: BaseException) -> Optional[str]:
-    """The torchmetrics function whose own ``raise`` ``exc`` is (its innermost frame), or None."""
+    """The torchmetrics function whose own ``raise`` ``exc`` is (its innermost frame), or None;
+    :func:`_hint` blames the simulation when that function saw a made-up size or value."""
     found = importlib.util.find_spec("torchmetrics")
     frames = traceback.extract_tb(exc.__traceback__)
     if found is None or not found.origin or not frames:
@@ -248,11 +249,17 @@ def _release_check(exc: BaseException) -> Optional[str]:
     return frames[-1].name if os.path.abspath(frames[-1].filename).startswith(folder) else None
 
 
-def _hint(exc: BaseException, real: bool) -> str:
+#: the points whose value the simulation made up: a size that depends on values, a value read
+_MADE_UP = (SyncKind.DATA_DEPENDENT_SHAPE, SyncKind.D2H_READ)
+
+
+def _hint(exc: BaseException, real: bool, run: StepRun) -> str:
     if real:
         return ""
     check = _release_check(exc)
-    if check is not None:
+    if check is not None:  # the release's own check: real, unless it read a made-up size or value
+        if not any(s.point.function == check and s.point.kind in _MADE_UP for s in run.seen):
+            return ""
         return (f"; raised by torchmetrics' {check} on simulated values: they have shapes, not values, and a "
                 "size that depends on them is the largest it can be (torch.unique keeps every element unless the "
                 "tensor comes from torch.randint, argmax or host data); validate_args=False leaves the check "
