@@ -218,14 +218,23 @@ def note(func: Any, args: Sequence[Any], kwargs: Dict[str, Any], out: Any) -> No
 _OVERWRITES = _ops("copy_", "fill_", "zero_", "random_")
 
 
+#: op -> (position, name) of each argument it writes into (ops seen so far)
+_WRITES: Dict[Any, Tuple[Tuple[int, str], ...]] = {}
+
+
+def _writes(func: Any) -> Tuple[Tuple[int, str], ...]:
+    found = _WRITES.get(func)
+    if found is None:
+        found = _WRITES[func] = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                                      if a.alias_info is not None and a.alias_info.is_write)
+    return found
+
+
 def _note(func: Any, args: Sequence[Any], kwargs: Dict[str, Any], out: Any) -> None:
     packet = func.overloadpacket
     written = False
-    for i, argument in enumerate(func._schema.arguments):
-        alias = argument.alias_info
-        if alias is None or not alias.is_write:
-            continue
-        target = args[i] if i < len(args) else kwargs.get(argument.name)
+    for i, name in _writes(func):
+        target = args[i] if i < len(args) else kwargs.get(name)
         for t in target if isinstance(target, (list, tuple)) else (target,):
             if isinstance(t, FakeTensor):
                 _set(t, _after_write(get(t), _written(func, args, kwargs), packet, t))
