@@ -3,11 +3,12 @@
 Only ops with a CUDA tensor among their arguments are considered. Op -> kind:
 
 * ``aten._local_scalar_dense`` (``.item()``, ``bool(t)``, ``if t:``, ``float(t)``),
-  ``aten.equal``, ``aten.allclose`` (a Python bool of device values) -> device-to-host read; also ``masked_fill`` with a 0-d CUDA value (the
-  kernel reads it with ``.item()``), ``histc`` with ``min == max`` (reads the input's
-  range), ``multinomial`` without replacement or with one sample (checks the
-  probabilities; before torch 2.6 only: later releases check them with an asynchronous
-  device assert, pytorch/pytorch#134818, and a GPU showed no sync with torch 2.11);
+  ``aten.equal``, ``aten.allclose`` (a Python bool of device values) -> device-to-host
+  read; also ``masked_fill`` with a 0-d CUDA value (the kernel reads it with
+  ``.item()``), ``histc`` with ``min == max`` (reads the input's range),
+  ``multinomial`` without replacement or with one sample (checks the probabilities;
+  before torch 2.6 only: later releases check them with an asynchronous device assert,
+  pytorch/pytorch#134818, and a GPU showed no sync with torch 2.11);
 * ``aten._to_copy`` / ``aten.copy_`` / ``prims.device_put`` CPU -> CUDA -> host-to-device
   copy, CUDA -> CPU -> device-to-host copy (``.cpu()``, ``.to("cpu")``); a copy with
   ``non_blocking=True`` from or into pinned memory is not a sync (reported apart);

@@ -160,8 +160,8 @@ def simulated_cuda(device: DeviceLike = "cuda:0", on_sync: Optional[Callable[[Sy
     try:
         recorder = SyncRecorder(sink, answers=handle.answers)
         fake_log.setLevel(logging.CRITICAL)
-        with caches.kept(), _new_parameters(), autograd.installed() as engine, \
-                FakeTensorMode(allow_non_fake_inputs=True, allow_fallback_kernels=False), recorder, FakeHostViews(recorder):
+        fake = FakeTensorMode(allow_non_fake_inputs=True, allow_fallback_kernels=False)
+        with caches.kept(), _new_parameters(), autograd.installed() as engine, fake, recorder, FakeHostViews(recorder):
             handle.engine = engine
             _ACTIVE.append(handle)
             try:

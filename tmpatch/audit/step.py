@@ -3,13 +3,13 @@
 The contract: ``FUNCTION(device)`` (or ``FUNCTION()``, which then uses ``"cuda"`` itself)
 builds the step's metrics and tensors on ``device`` and returns the step, a callable
 without arguments. What runs before it returns is set-up, not counted; the step is then
-called twice and the second call is audited: the first is set-up too (work done on a first
-call only: a MetricCollection's compute-group check, an optimizer's new state). A function that returns no callable is the step itself,
-set-up included. It runs twice, with tmpatch reverted and applied (it must build its
-metrics itself, so that the patched run has patched metrics), on simulated CUDA unless
-``real``; each sync is reported at the line of the user's code that led to it (the
-innermost frame outside torch, torchmetrics, tmpatch, wrapt and the standard library) and
-where it happened.
+called twice and the second call is audited: the first is set-up too (work done on a
+first call only: a MetricCollection's compute-group check, an optimizer's new state). A
+function that returns no callable is the step itself, set-up included. It runs twice,
+with tmpatch reverted and applied (it must build its metrics itself, so that the patched
+run has patched metrics), on simulated CUDA unless ``real``; each sync is reported at the
+line of the user's code that led to it (the innermost frame outside torch, torchmetrics,
+tmpatch, wrapt and the standard library) and where it happened.
 """
 from __future__ import annotations
 

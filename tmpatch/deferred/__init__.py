@@ -279,5 +279,5 @@ from tmpatch.deferred.settling import books_in, clear, count_once, settle, start
 
 __all__ = ["AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "Record", "attach", "book_of", "books_in", "clear", "count_once",
            "detach", "forward_step", "gather", "internal", "is_live", "local_records", "mirror", "moved",
-           "open_book", "pending_books", "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant",
-           "went_live"]
+           "open_book", "pending_books", "scope", "set_synced", "settle", "start_compute", "traced_book",
+           "went_dormant", "went_live"]
