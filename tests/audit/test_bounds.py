@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from tmpatch.audit import simulated_cuda
+from tmpatch.audit import bounds
 from tmpatch.audit.bounds import distinct, get
 
 pytestmark = pytest.mark.once  # torch's ops, not the torchmetrics release
@@ -59,3 +60,4 @@ def test_selections_views_and_joins_keep_ranges_writes_widen_or_forget_them():
         c[:2].copy_(b[:2])
         assert get(c) == (2, 12)
         assert get(a.to(torch.uint8)) is None and get(b.to(torch.int8)) == (10, 12)  # a cast that may not fit
+    assert not bounds._RANGES  # forgotten with the simulation

@@ -243,7 +243,7 @@ def test_a_training_step_with_backward_and_a_default_metric_collection(capsys):
     item = marked_line(load(path + ":make_step"), "progress.append(loss.item())")
     for mode in ("unpatched", "patched"):
         run = runs[mode]
-        assert run.split and not run.stopped and run.backward == 1
+        assert run.split and not run.stopped and run.backward + run.backward_left_out == 1
         assert any(s.point.op == "aten.allclose" for s in run.first)
         assert not any(s.point.op == "aten.allclose" for s in run.seen)
         assert [s.where for s in run.seen if s.point.is_sync][-1] == f"{path}:{item}"
@@ -252,7 +252,8 @@ def test_a_training_step_with_backward_and_a_default_metric_collection(capsys):
     assert runs["unpatched"].count > runs["patched"].count
     assert cli.main(["--step", path + ":make_step"]) == 0
     out = capsys.readouterr().out
-    assert "backward (1 pass per step): run by tmpatch's own walk of the autograd graph" in out
+    assert "backward (1 pass per step): run by tmpatch's own walk of the autograd graph" in out or \
+        "backward (1 pass per step): not run: this torch's autograd nodes" in out
     assert "first call (set-up, not counted), unpatched -> patched: " in out
 
 

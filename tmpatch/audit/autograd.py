@@ -20,6 +20,10 @@ autograd nodes themselves (``grad_fn.register_hook``/``register_prehook``: modul
 hooks, DDP's reducer), which Python cannot see; :attr:`SimulatedEngine.calls` counts the
 walks so that a report can say so. A graph is kept after a walk (``retain_graph=False``
 frees nothing: a second backward does not raise).
+
+Older torch (2.1) does not tell what a node expects of its gradients: there a backward
+pass of simulated tensors is left out (:attr:`SimulatedEngine.left_out` counts them) and
+zeros stand in for the gradients, so that the optimizer step after it runs.
 """
 from __future__ import annotations
 
@@ -37,6 +41,9 @@ Edge = Tuple[Node, int]
 
 #: what a report says of a simulated backward pass
 LEFT_OUT = "hooks on autograd nodes (module backward hooks, DDP) are not run"
+#: what a report says of a backward pass this torch cannot walk
+NOT_RUN = ("not run: this torch's autograd nodes do not say what gradients they expect (torch 2.1); zeros stand "
+           "in for its gradients so that the rest of the step runs, its own ops are not audited")
 
 
 def _accumulator(t: torch.Tensor) -> Node:
@@ -115,6 +122,39 @@ def _fit(grad: torch.Tensor, child: Node, index: int) -> torch.Tensor:
     return grad
 
 
+def _walkable(tensors: Sequence[Any]) -> bool:
+    """Whether this torch's autograd nodes say what they expect (``_input_metadata``, torch 2.2
+    or so): the walk needs it to sum a broadcast gradient to its shape, as the engine does."""
+    for t in tensors:
+        try:
+            node, _ = _edge(t, 0)
+        except RuntimeError:
+            continue
+        return hasattr(node, "_input_metadata")
+    return True
+
+
+def _stand_in(tensors: Sequence[Any], inputs: Sequence[Any], accumulate_grad: bool) -> Tuple[Any, ...]:
+    """A backward pass left out: zeros stand in for the gradients (of the leaves ``backward``
+    reaches, which have none yet, or that ``grad`` returns), so the rest of the step runs."""
+    if not accumulate_grad:
+        return tuple(torch.zeros_like(t) if isinstance(t, torch.Tensor) else None for t in inputs)
+    wanted = {id(t) for t in inputs}
+    queue = [node for node, _ in (_edge(t, i) for i, t in enumerate(tensors))]
+    seen = set(queue)
+    with torch.no_grad():
+        while queue:
+            node = queue.pop()
+            leaf = getattr(node, "variable", None)
+            if leaf is not None and leaf.grad is None and (not wanted or id(leaf) in wanted):
+                leaf.grad = torch.zeros_like(leaf)
+            for child, _ in _children(node):
+                if child is not None and child not in seen:
+                    seen.add(child)
+                    queue.append(child)
+    return ()
+
+
 def _simulated(values: Sequence[Any]) -> bool:
     return any(isinstance(v, FakeTensor) or (isinstance(v, torch.Tensor) and v.device.type == "cuda")
                for v in values)
@@ -126,6 +166,7 @@ class SimulatedEngine:
     def __init__(self, real: Any) -> None:
         self.real = real
         self.calls = 0  #: graphs walked here
+        self.left_out = 0  #: graphs this torch cannot walk (see :func:`_walkable`), not run
         self.hooks: Dict[Edge, Dict[int, Any]] = {}  #: (grad_fn, output_nr) -> the tensors' hook dicts
         self.retained: Dict[Edge, Any] = {}  #: (grad_fn, output_nr) -> weak reference to the tensor
         self._callbacks: Optional[List[Callable[[], None]]] = None
@@ -148,6 +189,9 @@ class SimulatedEngine:
         if not _simulated(list(roots) + list(grad_tensors) + [t for t in inputs if isinstance(t, torch.Tensor)]):
             return self.real.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs,
                                           allow_unreachable, accumulate_grad)
+        if not _walkable(tensors):
+            self.left_out += 1
+            return _stand_in(tensors, inputs, accumulate_grad)
         self.calls += 1
         outer, self._callbacks = self._callbacks, []
         try:

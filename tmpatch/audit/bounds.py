@@ -3,8 +3,8 @@
 Simulated tensors have no values, so a size that depends on them is the largest it can be
 (:mod:`tmpatch.audit.continuation`): ``torch.unique`` keeps every element. That is wrong
 where the values come from a known range, and a release's input check then fails on
-them (``len(torch.unique(target)) > num_classes``). A storage therefore carries
-``[low, high)`` when every value in it is an integer in that range, from:
+them (``len(torch.unique(target)) > num_classes``). A storage of the simulation therefore
+has a range ``[low, high)`` when every value in it is an integer in that range, from:
 
 * ``torch.randint``/``randint_like``/``random_`` (their range), ``arange``, ``full``,
   ``zeros``, ``ones``, ``fill_``, ``zero_`` (their values);
@@ -26,13 +26,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import _disable_current_modes
 
 log = logging.getLogger("tmpatch")
 aten = torch.ops.aten
 
-ATTR = "_tmpatch_audit_bounds"
 Bounds = Tuple[int, int]
+
+#: storage (``_cdata``) -> (a weak reference to it, the range of the values in it)
+_RANGES: Dict[int, Tuple[Any, Bounds]] = {}
 
 
 def _ops(*names: str) -> frozenset:
@@ -75,9 +78,10 @@ def get(t: Any) -> Optional[Bounds]:
         return None
     if isinstance(t, FakeTensor):
         try:
-            return getattr(t.untyped_storage(), ATTR, None)
+            entry = _RANGES.get(t.untyped_storage()._cdata)
         except Exception:  # noqa: BLE001 - a tensor without storage: unknown
             return None
+        return entry[1] if entry is not None and not entry[0].expired() else None
     return _real(t)
 
 
@@ -95,12 +99,16 @@ def _set(t: Any, bounds: Optional[Bounds]) -> None:
     try:
         storage = t.untyped_storage()
         if bounds is None or not _fits(bounds, t.dtype):
-            if hasattr(storage, ATTR):
-                delattr(storage, ATTR)
-        else:
-            setattr(storage, ATTR, bounds)
+            _RANGES.pop(storage._cdata, None)
+        else:  # the weak reference keeps the storage's address its own while the entry lives
+            _RANGES[storage._cdata] = (StorageWeakRef(storage), bounds)
     except Exception:  # noqa: BLE001 - no storage to hold it: nothing known
         pass
+
+
+def forget() -> None:
+    """Drop every range (a simulation has ended: its tensors are not to be used again)."""
+    _RANGES.clear()
 
 
 def _union(values: Sequence[Any]) -> Optional[Bounds]:

@@ -12,7 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_map
 
-from tmpatch.audit import autograd, caches, guard
+from tmpatch.audit import autograd, bounds, caches, guard
 from tmpatch.audit.continuation import Answers
 from tmpatch.audit.host import FakeHostViews
 from tmpatch.audit.recorder import SyncRecorder
@@ -124,6 +124,11 @@ class SimulatedCuda:
         """Backward passes run on simulated tensors so far (see :mod:`tmpatch.audit.autograd`)."""
         return self.engine.calls if self.engine is not None else 0
 
+    @property
+    def backward_left_out(self) -> int:
+        """Backward passes of simulated tensors this torch cannot run, left out so far."""
+        return self.engine.left_out if self.engine is not None else 0
+
     def put(self, obj: Any) -> Any:
         """:func:`to_sim_cuda` onto this simulation's device."""
         return to_sim_cuda(obj, self.device)
@@ -168,6 +173,8 @@ def simulated_cuda(device: DeviceLike = "cuda:0", on_sync: Optional[Callable[[Sy
                 yield handle
             finally:
                 _ACTIVE.remove(handle)
+                if not _ACTIVE:
+                    bounds.forget()
     finally:
         fake_log.setLevel(level)
         guard.release()

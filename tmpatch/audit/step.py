@@ -58,6 +58,7 @@ class StepRun:
     phase: str = "set-up"  #: what ran last: ``set-up``, ``first call``, ``second call`` (split) or ``step`` (whole)
     stopped: str = ""  #: the simulation stopped early there (an op it cannot size)
     backward: int = 0  #: backward passes of the audited call run on simulated CUDA (tmpatch.audit.autograd)
+    backward_left_out: int = 0  #: backward passes of the audited call this torch cannot simulate
     states: Dict[str, str] = field(default_factory=dict)  #: patch states of the run (patched: ``apply()``'s)
 
     @property
@@ -183,10 +184,10 @@ def _simulated(fn: Callable[..., Any], device: Optional[torch.device], run: Step
 
     skip = _library_dirs()
     with simulated_cuda(dev, on_sync=lambda point: run.seen.append(Seen(point, *_your_frame(skip)))) as sim:
-        before = [0]
+        before = [0, 0]
 
         def mark() -> None:
-            before[0] = sim.backward_calls
+            before[:] = [sim.backward_calls, sim.backward_left_out]
 
         try:
             _call(fn, device, run, lambda: run.seen.clear(), mark)
@@ -195,7 +196,8 @@ def _simulated(fn: Callable[..., Any], device: Optional[torch.device], run: Step
             if run.phase == "first call":  # what was seen is the first call's
                 run.first, run.seen = list(run.seen), []
         finally:
-            run.backward = sim.backward_calls - before[0] if run.phase in ("step", "second call") else 0
+            if run.phase in ("step", "second call"):
+                run.backward, run.backward_left_out = sim.backward_calls - before[0], sim.backward_left_out - before[1]
 
 
 @contextlib.contextmanager

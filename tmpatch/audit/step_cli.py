@@ -6,7 +6,7 @@ import linecache
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from tmpatch.audit.autograd import LEFT_OUT
+from tmpatch.audit.autograd import LEFT_OUT, NOT_RUN
 from tmpatch.audit.locate import short_location
 from tmpatch.audit.text import WIDTH, fit, tag
 from tmpatch.audit.step import StepError, StepRun, _library_dirs, audit_step, load, yours
@@ -21,6 +21,10 @@ def _label(point: Any, skip: Tuple[str, ...]) -> str:
     if label is None and yours(point.location.rpartition(":")[0], skip):
         return "your code"
     return tag(label)
+
+
+def _passes(n: int) -> str:
+    return "1 pass" if n == 1 else f"{n} passes"
 
 
 def _groups(runs: Dict[str, StepRun]) -> Dict[Tuple[str, str], Dict[Any, List[int]]]:
@@ -51,11 +55,12 @@ def render(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str, 
         "its first-call work such as a MetricCollection's compute-group check, are not counted)" \
         if runs["unpatched"].split else "one call of the function, set-up included (return the step to leave it out)"
     lines += fit(f"audited: {what}", 4)
-    backward = max(runs[m].backward for m in MODES)
+    backward, left_out = (max(getattr(runs[m], name) for m in MODES) for name in ("backward", "backward_left_out"))
     if backward and not real:
-        passes = "1 pass" if backward == 1 else f"{backward} passes"
-        lines += fit(f"backward ({passes} per step): run by tmpatch's own walk of the autograd graph (torch's engine "
-                     f"needs a GPU); its ops are audited, {LEFT_OUT}", 4)
+        lines += fit(f"backward ({_passes(backward)} per step): run by tmpatch's own walk of the autograd graph "
+                     f"(torch's engine needs a GPU); its ops are audited, {LEFT_OUT}", 4)
+    if left_out and not real:
+        lines += fit(f"backward ({_passes(left_out)} per step): {NOT_RUN}", 4)
     lines.append("")
     before, after = (runs[m].count for m in MODES)
     lines.append(f"sync points per step, unpatched -> patched: {before} -> {after}")
@@ -98,6 +103,7 @@ def to_dict(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str,
     return {"step": spec, "torchmetrics": release, "mode": "real" if real else "simulated", "patches": states,
             **{mode: {"count": run.count, "split": run.split, "stopped": run.stopped or None,
                       "stopped_in": run.phase if run.stopped else None, "backward": run.backward,
+                      "backward_left_out": run.backward_left_out,
                       "points": [point(s) for s in run.seen],
                       "first_call": {"count": sum(s.point.is_sync for s in run.first),
                                      "points": [point(s) for s in run.first]}}
