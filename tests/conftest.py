@@ -1,12 +1,14 @@
 """Shared test set-up: every test starts and ends with tmpatch reverted."""
 from __future__ import annotations
 
+import atexit
 import glob
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from typing import Dict, List, Optional, Tuple
 
@@ -15,6 +17,10 @@ import pytest
 import tmpatch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: the suite's own disk cache (tmpatch/cache.py), for the processes it starts too: never the user's
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tmpatch-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
 #: a factor on every hypothesis test's example count (``TMPATCH_TEST_EXAMPLES``; the matrix
 #: gives its anchor releases the full count and the releases between them a tenth)

@@ -14,7 +14,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
-from tmpatch import compiled, gating, selection, settings
+from tmpatch import cache, compiled, gating, selection, settings
 from tmpatch.engine import Engine
 from tmpatch.spec import Patch, Target, Variant
 from tmpatch.report import PatchStatus, Report, State
@@ -133,13 +133,21 @@ def _loaded(module_name: str, just_loaded: types.ModuleType) -> bool:
     return module is just_loaded or not getattr(getattr(module, "__spec__", None), "_initializing", False)
 
 
+def _host_importing(just_loaded: types.ModuleType) -> bool:
+    """Whether torchmetrics itself is still half-way through its import (the hook fires for one of
+    the modules it imports): the hooks of that import share one look through ``sys.modules``."""
+    host = sys.modules.get(catalogue.HOST)
+    return host is not None and host is not just_loaded and not _loaded(catalogue.HOST, just_loaded)
+
+
 def _on_import(module: types.ModuleType) -> None:
     """Post-import hook: install every pending patch whose modules are all loaded.
 
     A module still half-way through its own import (it imported the one the
     hook fires for) does not count: its own hook comes when it is done.
     """
-    with _engine.lock, _engine.batch():
+    importing = _host_importing(module)
+    with _engine.lock, _engine.batch(resume=importing):
         for name in [n for n in catalogue.NAMES if n in _pending]:
             patch = catalogue.load(name)
             if all(_loaded(target.module, module) for target in _here(patch)):
@@ -149,6 +157,8 @@ def _on_import(module: types.ModuleType) -> None:
                 except Exception as exc:  # noqa: BLE001
                     _rows[name] = (State.FAILED, f"{type(exc).__name__}: {exc}")
                     log.exception("tmpatch: %s failed", name)
+        if not importing:
+            cache.flush()  # torchmetrics' own hook ends its import: what it computed is written once
 
 
 def _arm(patch: Patch) -> None:
@@ -156,10 +166,14 @@ def _arm(patch: Patch) -> None:
     for target in _here(patch):
         if target.module not in sys.modules:
             _engine.arm(target.module, _on_import)
+    if catalogue.HOST not in sys.modules:
+        _engine.arm(catalogue.HOST, _on_import)  # the end of its import (see _host_importing)
 
 
 def _disarm_unused() -> None:
     needed = {t.module for name in _pending for t in _here(catalogue.load(name))}
+    if _pending:
+        needed.add(catalogue.HOST)
     needed.add(compiled.DYNAMO)  # the patches still applied need torch.compile's pieces bound on its import
     for module_name in _engine.armed():
         if module_name not in needed:
@@ -210,6 +224,7 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
                     if not catalogue.installed():
                         reason = "torchmetrics is not installed; armed in case it is imported later"
                     _rows[name] = (State.PENDING, reason)
+        cache.flush()
         report = status()
     if strict:
         problems = report.problems(selected)

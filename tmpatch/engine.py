@@ -46,18 +46,27 @@ class Engine:
         self._layers: Dict[Key, Layer] = {}
         self._hooks: Dict[str, Callable[[types.ModuleType], None]] = {}
         self._index: Optional[_Index] = None
+        self._kept: Optional[_Index] = None
 
     @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, *, resume: bool = False) -> Iterator[None]:
         """Installs and removes in the block share one look through ``sys.modules``
-        (one sweep costs tens of milliseconds with torch loaded). Hold ``lock``."""
+        (one sweep costs tens of milliseconds with torch loaded). Hold ``lock``.
+
+        ``resume``: the block runs in an import that is still under way (a post-import hook),
+        as did the last such block: it starts from that block's look, to which only the
+        modules imported since and those still importing then are added (the others ran no
+        code since). Any other block starts afresh and drops the kept look."""
         if self._index is not None:  # nested: the outer batch's index serves
             yield
             return
-        self._index = _Index()
+        self._index = self._kept if resume and self._kept is not None else _Index(resumable=resume)
+        self._kept = None
         try:
             yield
         finally:
+            if resume:
+                self._kept = self._index
             self._index = None
 
     # -- layers -----------------------------------------------------------

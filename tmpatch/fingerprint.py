@@ -94,11 +94,19 @@ _memo: Dict[int, Tuple[Callable, str]] = {}  # id(func) -> (func, fingerprint); 
 
 def fingerprint(func: Callable) -> str:
     """A short stable hash of ``func``'s code (see the module docstring); remembered per
-    function object, since reading and tokenizing its source is the costly part of apply()."""
+    function object, and on disk per source file's content (:mod:`tmpatch.cache`), since
+    reading and tokenizing its source is the costly part of apply()."""
     known = _memo.get(id(func))
     if known is not None and known[0] is func:
         return known[1]
-    digest = _digest(tokens(func))
+    from tmpatch import cache  # here: this module also runs alone (tests load it in other Pythons)
+
+    key = cache.source_key(func)
+    digest = cache.get(cache.FINGERPRINT, key) if key is not None else None
+    if digest is None:
+        digest = _digest(tokens(func))
+        if key is not None and cache.read_as_inspect(key[0], key[1]):
+            cache.put(cache.FINGERPRINT, key, digest)
     _memo[id(func)] = (func, digest)
     return digest
 

@@ -10,7 +10,7 @@ import gc
 import sys
 import types
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Set, Tuple
 
 _MAX_WRAP_DEPTH = 32
 
@@ -115,22 +115,57 @@ def _in_scope(module_name: str, scope: str) -> bool:
     return module_name == scope or module_name.startswith(scope + ".")
 
 
-def _default_places(module: types.ModuleType) -> Iterator[Tuple[Any, Place]]:
-    """``(value, place)`` for each default argument of the functions of ``module``."""
+def _default_places(module: types.ModuleType) -> Iterator[Tuple[Any, str, Any, Any]]:
+    """``(value, kind, function, slot)`` for each default argument of the functions of ``module``."""
     for func in _functions_of(module):
-        for index, value in enumerate(func.__defaults__ or ()):
-            yield value, Place("defaults", func, index)
-        for kw, value in (func.__kwdefaults__ or {}).items():
-            yield value, Place("kwdefaults", func, kw)
+        defaults = func.__defaults__
+        if defaults:
+            for index, value in enumerate(defaults):
+                yield value, "defaults", func, index
+        kwdefaults = func.__kwdefaults__
+        if kwdefaults:
+            for kw, value in kwdefaults.items():
+                yield value, "kwdefaults", func, kw
+
+
+def _initializing(module: Any) -> bool:
+    """Whether ``module`` is still executing its own code (an import under way)."""
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+class _Scan:
+    """What an :class:`_Index` found for one scope: ``places`` maps ``id(value)`` to where it
+    was held (one ``(kind, holder, slot)``, or a list of them)."""
+
+    __slots__ = ("indexed", "places", "interest", "count", "unfinished")
+
+    def __init__(self) -> None:
+        self.indexed: Dict[str, Any] = {}  # module name -> the module indexed under it
+        self.places: Dict[int, Any] = {}
+        #: plain functions only: the ids looked for in modules outside the scope (the functions
+        #: held by the scope's modules); None: every value is indexed
+        self.interest: Optional[Set[int]] = None
+        self.count = -1  # len(sys.modules) at the last look
+        self.unfinished: Dict[str, int] = {}  # modules still importing when indexed -> their size then
 
 
 class _Index:
     """One look through ``sys.modules`` per scope, shared by the sweeps of one
-    :meth:`Engine.batch`: ``id(value)`` -> where it was held. Modules imported since are
-    added at the next lookup, and each place is checked against its current value."""
+    :meth:`Engine.batch`: ``id(value)`` -> where it was held. Modules imported since, and
+    modules that were still importing (whose namespace has grown or is complete since), are
+    added at the next lookup, and each place is checked against its current value.
 
-    def __init__(self) -> None:
-        self._scopes: Dict[Tuple[str, bool], Tuple[Dict[str, Any], Dict[int, Any]]] = {}
+    For plain functions (what tmpatch looks for, but for a stranger's wrapper object) only
+    values held by a module of the scope are indexed: every plain function of the scope's
+    modules, and in other modules those same functions alone (a C-level test skips a module
+    that holds none). A function looked for that no module of the scope held when indexed is
+    looked for through ``sys.modules`` directly."""
+
+    def __init__(self, resumable: bool = False) -> None:
+        self._scopes: Dict[Tuple[str, bool], _Scan] = {}
+        #: kept for later batches of an import under way: modules still importing are looked at
+        #: again once they have grown or finished
+        self.resumable = resumable
 
     @staticmethod
     def _note(places: Dict[int, Any], value: Any, entry: Tuple[str, Any, Any]) -> None:
@@ -143,37 +178,82 @@ class _Index:
         else:
             places[key] = [found, entry]
 
-    def _add(self, module_name: str, module: Any, scope: str, places: Dict[int, Any], plain: bool) -> None:
+    def _add(self, module_name: str, module: Any, scope: str, places: Dict[int, Any], plain: bool,
+             interest: Optional[Set[int]] = None) -> None:
         namespace = _sweepable(module_name, module)
         if namespace is None:
             return
         note = self._note
         function = types.FunctionType
+        inside = _in_scope(module_name, scope)
+        if plain and not inside and interest is not None:
+            if interest.isdisjoint(map(id, namespace.values())):
+                return  # holds none of the scope's functions (the common case, decided in C)
+            for attr, value in list(namespace.items()):
+                if id(value) in interest and type(value) is function:
+                    note(places, value, ("attr", module, attr))
+            return
         for attr, value in list(namespace.items()):
             if not plain or type(value) is function:
                 note(places, value, ("attr", module, attr))
-        if _in_scope(module_name, scope):
-            for value, place in _default_places(module):
+                if inside and interest is not None:
+                    interest.add(id(value))
+        if inside:
+            for value, kind, holder, slot in _default_places(module):
                 if not plain or type(value) is function:
-                    note(places, value, (place.kind, place.holder, place.slot))
+                    note(places, value, (kind, holder, slot))
+
+    def _update(self, scan: _Scan, scope: str, plain: bool) -> None:
+        """Index the modules imported since the last look, and those that were still importing."""
+        modules = sys.modules
+        if len(modules) == scan.count and not scan.unfinished:
+            return
+        try:  # the (name, module) pairs not indexed as such, found in C
+            fresh = list(modules.items() - scan.indexed.items())
+        except TypeError:  # an odd, unhashable entry in sys.modules
+            fresh = [item for item in list(modules.items()) if scan.indexed.get(item[0]) is not item[1]]
+        for module_name, module in fresh:
+            scan.indexed[module_name] = module
+        for module_name, size in list(scan.unfinished.items()):
+            module = modules.get(module_name)
+            namespace = _sweepable(module_name, module)
+            if module is not scan.indexed.get(module_name) or namespace is None:
+                del scan.unfinished[module_name]
+            elif not _initializing(module) or len(namespace) != size:
+                fresh.append((module_name, module))
+        scan.count = len(modules)
+        fresh.sort(key=lambda item: not _in_scope(item[0], scope))  # the scope's functions first
+        for module_name, module in fresh:
+            self._add(module_name, module, scope, scan.places, plain, scan.interest)
+            if not self.resumable:
+                continue
+            if _initializing(module):
+                namespace = _sweepable(module_name, module)
+                scan.unfinished[module_name] = len(namespace) if namespace is not None else 0
+            else:
+                scan.unfinished.pop(module_name, None)
 
     def find(self, old: Dict[int, Any], scope: str) -> Iterator[Place]:
-        # plain functions (what tmpatch looks for, but for a stranger's wrapper object) are held
-        # only where a plain function is: an index of those alone is a fifth of the size
         plain = all(type(obj) is types.FunctionType for obj in old.values())
-        indexed, places = self._scopes.setdefault((scope, plain), ({}, {}))
+        scan = self._scopes.get((scope, plain))
+        if scan is None:
+            scan = self._scopes[(scope, plain)] = _Scan()
+            if plain:
+                scan.interest = set()
         collecting = gc.isenabled()
-        gc.disable()  # tens of thousands of small tuples: the collector would triple the cost
+        gc.disable()  # thousands of small tuples: the collector would triple the cost
         try:
-            for module_name, module in list(sys.modules.items()):
-                if indexed.get(module_name) is not module:
-                    indexed[module_name] = module
-                    self._add(module_name, module, scope, places, plain)
+            self._update(scan, scope, plain)
         finally:
             if collecting:
                 gc.enable()
         seen = set()
+        places = scan.places
+        unknown = {}
         for key, obj in old.items():
+            if scan.interest is not None and key not in scan.interest:
+                unknown[key] = obj  # held by no module of the scope when indexed: look directly
+                continue
             found = places.get(key)
             if found is None:
                 continue
@@ -187,6 +267,12 @@ class _Index:
                 except Exception:  # noqa: BLE001 - the holder changed since it was indexed
                     continue
                 if current is obj:
+                    seen.add(mark)
+                    yield place
+        if unknown:
+            for place in find_references(unknown, scope):
+                mark = (id(place.holder), place.kind, place.slot)
+                if mark not in seen:
                     seen.add(mark)
                     yield place
 
@@ -207,6 +293,6 @@ def find_references(old: Dict[int, Any], scope: str, index: Optional[_Index] = N
             if id(value) in old and old[id(value)] is value:
                 yield Place("attr", module, attr)
         if _in_scope(module_name, scope):
-            for value, place in _default_places(module):
+            for value, kind, holder, slot in _default_places(module):
                 if id(value) in old and old[id(value)] is value:
-                    yield place
+                    yield Place(kind, holder, slot)

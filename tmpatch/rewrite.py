@@ -20,10 +20,12 @@ import __future__
 import ast
 import copy
 import inspect
+import marshal
 import textwrap
 import types
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tmpatch import cache
 from tmpatch.spec import ROUTE, Route, inline
 
 
@@ -217,6 +219,29 @@ def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str,
     return compile(module, code.co_filename, "exec", flags=flags, dont_inherit=True)
 
 
+def _stored(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str, ...]) -> types.CodeType:
+    """:func:`_compile`, through the disk cache (:mod:`tmpatch.cache`): keyed by the source
+    file's content and everything else the compiled code depends on."""
+    code = func.__code__
+    source = cache.source_key(func)
+    key = None
+    if source is not None:
+        key = source + (func.__name__, code.co_flags & _FUTURE_FLAGS,
+                        tuple((edit.find, edit.replace) for edit in edits), helpers)
+        data = cache.get(cache.COMPILED, key)
+        if data is not None:
+            try:
+                stored = marshal.loads(data)
+            except (EOFError, ValueError, TypeError):
+                stored = None
+            if type(stored) is types.CodeType:
+                return stored
+    compiled = _compile(func, edits, helpers)
+    if key is not None and cache.read_as_inspect(source[0], source[1]):  # type: ignore[index]
+        cache.put(cache.COMPILED, key, marshal.dumps(compiled))
+    return compiled
+
+
 def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapping[str, Any]] = None
             ) -> types.FunctionType:
     """``func`` with ``edits`` applied: a new function of the same module, defaults and name,
@@ -242,7 +267,7 @@ def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapp
     if cached is not None and cached[0] is code:
         compiled = cached[1]
     else:
-        compiled = _compile(func, edits, tuple(helpers))
+        compiled = _stored(func, edits, tuple(helpers))
         _COMPILED[key] = (code, compiled)
     namespace: Dict[str, Any] = {}
     exec(compiled, func.__globals__, namespace)  # noqa: S102 - the release's own code, edited

@@ -89,11 +89,22 @@ def since(first: str) -> SpecifierSet:
     return SpecifierSet(f">={first}")
 
 
+_versions: Dict[str, Version] = {}  # a release's text -> its Version (parsed once)
+_contained: Dict[Tuple[int, str], Tuple[SpecifierSet, bool]] = {}  # (id(range), release) -> (range, in it)
+
+
+def _version(text: str) -> Version:
+    version = _versions.get(text)
+    if version is None:
+        version = _versions[text] = Version(text)
+    return version
+
+
 def bounds(releases: SpecifierSet) -> Tuple[Optional[Version], Optional[Version]]:
     """``(first, last)`` of a range made by :func:`span` or :func:`since` (None: unbounded)."""
     first = last = None
     for spec in releases:
-        version = Version(spec.version)
+        version = _version(spec.version)
         if spec.operator in ("==", "==="):
             first = last = version
         elif spec.operator == ">=":
@@ -114,11 +125,17 @@ def describe(releases: SpecifierSet) -> str:
 
 
 def contains(releases: SpecifierSet, release: str) -> bool:
-    """Whether ``release`` is in the range (False for a version packaging cannot read)."""
+    """Whether ``release`` is in the range (False for a version packaging cannot read);
+    remembered per range object and release (gating asks it for every patch on every import)."""
+    known = _contained.get((id(releases), release))
+    if known is not None and known[0] is releases:
+        return known[1]
     try:
-        return releases.contains(Version(release), prereleases=True)
+        inside = releases.contains(_version(release), prereleases=True)
     except InvalidVersion:
-        return False
+        inside = False
+    _contained[(id(releases), release)] = (releases, inside)
+    return inside
 
 
 @dataclass(frozen=True)

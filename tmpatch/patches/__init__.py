@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from tmpatch.spec import Patch
 
@@ -78,18 +78,27 @@ def installed() -> bool:
         return False
 
 
+_distribution: Tuple[Tuple[str, ...], Optional[str]] = ((), None)  # sys.path -> the release its metadata gives
+
+
 def release() -> Optional[str]:
     """The torchmetrics release: of the imported package if it is imported,
-    else of the installed distribution (read from its metadata), else None."""
+    else of the installed distribution (read from its metadata, once per ``sys.path``), else None."""
+    global _distribution
     module = sys.modules.get(HOST)
     version = getattr(module, "__version__", None) if module is not None else None
     if isinstance(version, str):
         return version
+    path = tuple(sys.path)
+    if _distribution[0] == path and path:
+        return _distribution[1]
     try:
         from importlib.metadata import PackageNotFoundError, version as dist_version
     except ImportError:  # pragma: no cover - Python < 3.8
         return None
     try:
-        return dist_version(HOST)
+        found: Optional[str] = dist_version(HOST)
     except PackageNotFoundError:
-        return None
+        found = None
+    _distribution = (path, found)
+    return found
