@@ -3,6 +3,7 @@ marker, no_sync; after each run nothing of tmpatch is left behind."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -83,7 +84,7 @@ def test_whole_run(run, how):
     else:
         result = run(source, ini="[pytest]\ntmpatch = true\n")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"tmpatch (whole run, torchmetrics {torchmetrics.__version__}): deferred_reports *"])
+    result.stdout.fnmatch_lines([f"tmpatch: whole run, torchmetrics {torchmetrics.__version__}", "  applied (*): *"])
 
 
 def test_whole_run_with_a_selection(run):
@@ -109,12 +110,25 @@ def test_the_header_shows_what_applies(pytester, pytestconfig, monkeypatch):
     result = pytester.runpytest_subprocess(*plugin, "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
                                            "--tmpatch", "-s", "--tmpatch-exclude=gather_autograd")
     result.assert_outcomes(passed=1)
-    header = [line for line in result.outlines if line.startswith("tmpatch (whole run")]
+    start = result.outlines.index(f"tmpatch: whole run, torchmetrics {torchmetrics.__version__}")
+    header = []
+    for line in result.outlines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        header.append(line)
+    assert header and all(len(line) <= 100 for line in header), header  # a few short lines
     seen = [line.split("SEEN ", 1)[1] for line in result.outlines if "SEEN " in line]
-    assert len(header) == 1 and len(seen) == 1, result.outlines
-    assert header[0].split(": ", 1)[1] == seen[0]
-    pending = {part.split()[0] for part in header[0].split(": ", 1)[1].split(", ") if part.endswith(" pending")}
-    assert pending <= lazily_imported_patches() and "gather_autograd excluded" in header[0]
+    assert len(seen) == 1, result.outlines
+    groups = {}
+    for group in re.split(r"\n  (?! )", "\n".join(header).strip()):
+        label, names = " ".join(group.split()).split(": ", 1)
+        state, count = re.fullmatch(r"(\S+) \((\d+)[,)].*", label).groups()
+        groups[state] = names.split(", ")
+        assert int(count) == len(groups[state])
+    assert {f"{name} {state}" for state, names in groups.items() for name in names} == set(seen[0].split(", "))
+    assert set(groups.get("pending", ())) <= lazily_imported_patches() and groups["excluded"] == ["gather_autograd"]
+    pending = [line for line in header if line.lstrip().startswith("pending")]
+    assert all("until their modules are imported" in line for line in pending)
 
 
 def test_unknown_option_values_fail_the_run_with_a_usage_error(run):

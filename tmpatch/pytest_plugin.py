@@ -154,9 +154,11 @@ def pytest_report_header(config: Any) -> Optional[str]:
     session = getattr(config, "_tmpatch_session", None)
     if session is None:
         return None
+    from tmpatch.report import grouped
+
     report = session[0]
-    states = ", ".join(f"{row.name} {row.state}" for row in report)
-    lines = [f"tmpatch (whole run, torchmetrics {report[0].release}): {states}"]
+    lines = [f"tmpatch: whole run, torchmetrics {report[0].release}"]
+    lines += [f"  {line}" for line in grouped(report.states(), width=96)]
     error = getattr(config, "_tmpatch_import_error", None)
     if error:
         lines.append(f"tmpatch: torchmetrics could not be imported ({error}); the patches stay armed")

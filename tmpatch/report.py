@@ -19,7 +19,7 @@ class State:
     """The states a patch can be in (the words ``status()`` prints)."""
 
     OFF = "off"  # never applied in this process
-    PENDING = "pending"  # armed; takes effect when torchmetrics is imported
+    PENDING = "pending"  # armed: a target's module is not imported yet; the patch is gated when it is
     APPLIED = "applied"
     NOT_NEEDED = "not-needed"  # this release carries the upstream fix
     UNSUPPORTED = "unsupported"  # release outside the range the patch knows
@@ -32,6 +32,27 @@ class State:
     PROBLEMS = (UNSUPPORTED, MISMATCH, FAILED)
     #: states in which tmpatch's code is (or will be, on import) in place
     ACTIVE = (APPLIED, PENDING)
+    #: the order :func:`grouped` lists the states in
+    ORDER = (APPLIED, PENDING, NOT_NEEDED, UNSUPPORTED, MISMATCH, FAILED, EXCLUDED, REVERTED, OFF)
+    #: what ``pending`` means, where the word alone could be read as "not applied"
+    PENDING_MEANS = "until their modules are imported"
+
+
+def grouped(states: Dict[str, str], width: int = 100) -> List[str]:
+    """The patches grouped by state, a group a line (wrapped to ``width``, continuation lines
+    indented): ``applied (20): a, b, ...``; the pending group says what pending means."""
+    groups: Dict[str, List[str]] = {}
+    for name, state in states.items():
+        groups.setdefault(state, []).append(name)
+    order = [state for state in State.ORDER if state in groups] + [s for s in groups if s not in State.ORDER]
+    lines: List[str] = []
+    for state in order:
+        names = groups[state]
+        label = f"{state} ({len(names)}, {State.PENDING_MEANS})" if state == State.PENDING else \
+            f"{state} ({len(names)})"
+        lines += textwrap.wrap(f"{label}: {', '.join(names)}", width, subsequent_indent="    ",
+                               break_long_words=False, break_on_hyphens=False)
+    return lines
 
 
 @dataclass(frozen=True)

@@ -138,9 +138,22 @@ def test_usage_errors_and_list(capsys):
     assert cli.main(["--verb"]) == 2  # no abbreviations: a later option (--all) cannot be taken by --all-rows
     assert cli.main(["--list"]) == 0
     assert capsys.readouterr().out.split("\n")[:2] == list(panel.ROW_NAMES[:2])
-    for argv in (["--real"], ["--step", "x:y", "--metric", "MinMetric"], ["--step", "x:y", "--all-rows"]):
-        assert cli.main(argv) == 2
-        assert "--real goes with --step" in capsys.readouterr().err
+    conflicts = {
+        ("--real",): "--real goes with --step, not with the panel",
+        ("--step", "x:y", "--metric", "MinMetric"): "--metric goes with the panel, not with --step",
+        ("--step", "x:y", "--all-rows"): "--all-rows goes with the panel, not with --step",
+        ("--all", "--metric", "MinMetric"): "--metric goes with the panel, not with --all",
+        ("--all", "--step", "x:y"): "--step and --all are different audits; give one of them",
+        ("--list", "--all"): "--all and --list are different audits; give one of them",
+        ("--all", "--graph-breaks"): "--graph-breaks goes with the panel, not with --all",
+        ("--all", "--fail-on-sync"): "--fail-on-sync goes with the panel or --step, not with --all",
+        ("--list", "--json"): "--json goes with the panel or --step or --all, not with --list",
+        ("--step", "x:y", "-v"): "--verbose goes with the panel, not with --step",
+    }
+    for argv, message in conflicts.items():
+        assert cli.main(list(argv)) == 2, argv
+        out, err = capsys.readouterr()
+        assert not out and err == f"tmpatch audit: error: {message}\n", argv  # one line, before any audit
 
 
 def test_fail_on_sync_passes_on_tolerated_or_absent_syncs(capsys):

@@ -27,11 +27,18 @@ def test_simulated_only_runs_every_probe(capsys):
                                             f"{len(PROBE_NAMES)} simulated"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
-def test_without_a_gpu_it_stops_before_the_real_half(capsys):
-    assert cli.main(["--calibrate", "--source", "probes"]) == 2
+def test_without_a_gpu_it_stops_at_once(capsys, monkeypatch):
+    """No GPU and no --simulated-only: exit 2 with one line before anything is simulated."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+    def never(*args, **kwargs):
+        raise AssertionError("simulated before saying it needs a GPU")
+
+    monkeypatch.setattr(calibrate, "collect", never)
+    assert cli.main(["--calibrate"]) == 2
     out, err = capsys.readouterr()
-    assert "no GPU: simulated only" in out and "the real half needs a GPU" in err
+    assert not out and len(err.splitlines()) == 1
+    assert err.startswith("calibrate: no CUDA GPU here") and "--simulated-only" in err
 
 
 def test_usage_errors(capsys):

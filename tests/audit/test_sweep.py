@@ -151,3 +151,23 @@ def test_calibration_finds_the_sweep():
     from tmpatch.audit.cases import sweep_sources
 
     assert sweep_sources()["sweep"] is sweep_module.calibration_cases
+
+
+@pytest.mark.once
+def test_long_reasons_wrap_between_words_and_stay_whole():
+    """``audit --all`` breaks a long reason between words, over as many lines as it takes, and
+    shortens an error message at a word boundary (never clipped mid-word)."""
+    from tmpatch.audit.sweep_results import ClassResult, Sweep, render, shorten
+
+    words = [f"word{i:03d}" for i in range(60)]
+    reason = "the reason is " + " ".join(words)
+    audited = ClassResult("SomeMetricWithAVeryLongClassNameThatDoesNotFitInItsColumn", "m")
+    audited.remaining = lambda mode="patched": [("update", None, "not covered", reason)]  # type: ignore[method-assign]
+    skipped = ClassResult("Skipped", "m", skipped="cannot be built: ValueError: " + " ".join(words))
+    text = render(Sweep("1.9.0", [audited, skipped]))
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 120 and "..." not in text
+    flat = " ".join(text.split())
+    assert reason in flat and skipped.skipped in flat and audited.name in flat
+    assert shorten("ValueError: " + " ".join(words) + "\nsecond line", 40) == "ValueError: word000 word001 word002 ..."
+    assert shorten("short\nsecond line", 40) == "short"

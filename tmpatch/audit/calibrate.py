@@ -13,8 +13,8 @@ verdicts differ. The cases come from sources:
   :class:`~tmpatch.audit.AuditReport`, a :class:`~tmpatch.audit.BranchReport` or an
   :class:`Outcome`): ``audit --all`` plugs in there, or through :func:`add_source`.
 
-Without a GPU the simulated half runs and the command stops before the real one (exit 2),
-or, with ``--simulated-only``, prints the simulated verdicts (exit 0). Exit 0: no
+Without a GPU the command stops at once (exit 2, one line), or, with ``--simulated-only``,
+prints the simulated verdicts (exit 0). Exit 0: no
 unexpected difference; 1: differences; 2: no GPU (or a usage error).
 """
 from __future__ import annotations

@@ -45,6 +45,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               file=sys.stderr)
         return 2
     gpu = not args.simulated_only and torch.cuda.is_available()
+    if not gpu and not args.simulated_only:  # at once: the simulated half alone takes minutes
+        print("calibrate: no CUDA GPU here (torch.cuda.is_available() is False): the calibration compares "
+              "simulated with real runs; --simulated-only runs the simulated half alone", file=sys.stderr)
+        return 2
     if gpu:
         torch.cuda.init()  # before the simulated half: it then never shims CUDA's initialisation
     simulated = calibrate.collect(chosen, real=False)
@@ -53,11 +57,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         text = calibrate.render(comparisons, calibrate.header(False))
         _write(args, text, comparisons)
         print(text)
-        if args.simulated_only:
-            return 0
-        print("calibrate: no CUDA GPU here: the simulated half ran; the real half needs a GPU "
-              "(or pass --simulated-only)", file=sys.stderr)
-        return 2
+        return 0
     comparisons = calibrate.compare(simulated, calibrate.collect(chosen, real=True))
     text = calibrate.render(comparisons, calibrate.header(True))
     _write(args, text, comparisons)

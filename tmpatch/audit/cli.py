@@ -45,9 +45,13 @@ never fail."""
 
 EPILOG = LABELS_HELP + "\n\n" + FAIL_RULE + """
 
+options: --step, --all and --list choose another audit than the panel (one of them
+at most); with --step: --real, --json, --fail-on-sync; with --all: --json; with --list:
+none. An option the chosen audit does not take is a usage error.
+
 exit status: 0 done; 1 --fail-on-sync found a sync (or torchmetrics cannot be
 imported, or torch is older than 2.1); 2 usage error (e.g. no row matches --metric,
-a --step that cannot be loaded or that raises)."""
+options that do not go together, a --step that cannot be loaded or that raises)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,6 +109,33 @@ def _unknown(unknown: Sequence[str], names: Sequence[str]) -> str:
             f"of a name; tmpatch audit --list shows the {len(names)} rows)")
 
 
+#: what each audit takes besides the option that chooses it (the panel: none chooses it)
+TAKES = {
+    "the panel": ("--metric", "--all-rows", "--json", "--verbose", "--fail-on-sync", "--simulated", "--graph-breaks"),
+    "--step": ("--real", "--json", "--fail-on-sync"),
+    "--all": ("--json",),
+    "--list": (),
+}
+
+
+def conflict(args: argparse.Namespace) -> Optional[str]:
+    """Why the options given do not go together (None when they do): two audits chosen, or an
+    option the chosen audit does not take."""
+    ways = [way for way, chosen in (("--step", args.step is not None), ("--all", args.all), ("--list", args.list))
+            if chosen]
+    if len(ways) > 1:
+        return f"{ways[0]} and {ways[1]} are different audits; give one of them"
+    way = ways[0] if ways else "the panel"
+    given = {"--metric": bool(args.metric), "--all-rows": args.all_rows, "--json": args.json,
+             "--verbose": args.verbose, "--fail-on-sync": args.fail_on_sync, "--simulated": args.simulated,
+             "--graph-breaks": args.graph_breaks, "--real": args.real}
+    for option, on in given.items():
+        if on and option not in TAKES[way]:
+            homes = [home for home, takes in TAKES.items() if option in takes]
+            return f"{option} goes with {' or '.join(homes)}, not with {way}"
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
     from tmpatch.audit import support
 
@@ -112,15 +143,7 @@ def _run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"tmpatch audit: {problem}", file=sys.stderr)
         return 1
-    if args.graph_breaks and (args.step is not None or args.all or args.real):
-        print("tmpatch audit: --graph-breaks goes with the panel (and --metric), not with --step, --real or --all",
-              file=sys.stderr)
-        return 2
-    if args.step is not None or args.real:
-        if args.step is None or args.metric or args.list or args.all_rows:
-            print("tmpatch audit: --real goes with --step, and --step with neither --metric, --list nor "
-                  "--all-rows", file=sys.stderr)
-            return 2
+    if args.step is not None:
         from tmpatch.audit import step_cli
 
         return step_cli.main(args.step, real=args.real, as_json=args.json, fail_on_sync=args.fail_on_sync)
@@ -172,6 +195,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2)
         return int(exc.code or 0)
+    problem = conflict(args)
+    if problem is not None:  # one line, as argparse words a usage error
+        print(f"{parser.prog}: error: {problem}", file=sys.stderr)
+        return 2
     return _run(args)
 
 

@@ -59,7 +59,7 @@ class StepRun:
     stopped: str = ""  #: the simulation stopped early there (an op it cannot size)
     backward: int = 0  #: backward passes of the audited call run on simulated CUDA (tmpatch.audit.autograd)
     backward_left_out: int = 0  #: backward passes of the audited call this torch cannot simulate
-    states: Dict[str, str] = field(default_factory=dict)  #: patch states of the run (patched: ``apply()``'s)
+    states: Dict[str, str] = field(default_factory=dict)  #: patch states after the run (patched: applied)
 
     @property
     def count(self) -> int:
@@ -283,8 +283,8 @@ def audit_step(fn: Callable[..., Any], device: Any = "cuda:0", real: bool = Fals
     with restored_patches():
         tmpatch.revert()
         runs["unpatched"] = run_step(fn, "unpatched", dev, real)
-        states = tmpatch.apply().states()
+        tmpatch.apply()
         runs["patched"] = run_step(fn, "patched", dev, real)
-        runs["patched"].states = states
+        runs["patched"].states = tmpatch.status().states()  # after the step: what it imported applied
     return runs
 

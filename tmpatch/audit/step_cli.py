@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from tmpatch.audit.autograd import LEFT_OUT, NOT_RUN
 from tmpatch.audit.locate import short_location
 from tmpatch.audit.text import WIDTH, fit, tag
+from tmpatch.report import State
 from tmpatch.audit.step import StepError, StepRun, _library_dirs, audit_step, load, yours
 
 MODES = ("unpatched", "patched")
@@ -40,17 +41,28 @@ def _groups(runs: Dict[str, StepRun]) -> Dict[Tuple[str, str], Dict[Any, List[in
     return groups
 
 
+def _states(states: Dict[str, str]) -> str:
+    """``24 applied, 3 pending (until their modules are imported: dice_weights, ...), 5 not-needed``."""
+    counts: Dict[str, int] = {}
+    for state in states.values():
+        counts[state] = counts.get(state, 0) + 1
+    order = [state for state in State.ORDER if state in counts] + [s for s in counts if s not in State.ORDER]
+    parts = []
+    for state in order:
+        part = f"{counts[state]} {state}"
+        if state == State.PENDING:
+            part += f" ({State.PENDING_MEANS}: {', '.join(n for n, s in states.items() if s == state)})"
+        parts.append(part)
+    return ", ".join(parts)
+
+
 def render(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str, str], real: bool) -> str:
     """The text report of :func:`tmpatch.audit.step.audit_step`'s runs."""
     skip = _library_dirs()
     mode = "real GPU (torch.cuda.set_sync_debug_mode)" if real else \
         "simulated CUDA (fake tensors: shapes and devices, no values; a value read gets a plausible answer)"
     lines = fit(f"tmpatch audit --step {spec}: torchmetrics {release}", 4) + mode.splitlines()
-    counts: Dict[str, int] = {}
-    for state in states.values():
-        counts[state] = counts.get(state, 0) + 1
-    lines.append("patched: tmpatch.apply(), " + ", ".join(f"{n} {state}" for state, n in counts.items())
-                 + " (tmpatch status names them)")
+    lines += fit("patched: tmpatch.apply(); after the step " + _states(states) + " (tmpatch status names them)", 4)
     what = "the second call of the step the function returned (the set-up before it and the first call, with " \
         "its first-call work such as a MetricCollection's compute-group check, are not counted)" \
         if runs["unpatched"].split else "one call of the function, set-up included (return the step to leave it out)"

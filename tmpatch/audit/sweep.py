@@ -27,7 +27,7 @@ from tmpatch.audit.api import audit, audit_simulated
 from tmpatch.audit.report import AuditReport
 from tmpatch.audit.sim import copy_modules, cuda_device, module_owner
 from tmpatch.audit.sweep_args import input_candidates, kwargs_for, skip_reason
-from tmpatch.audit.sweep_results import MODES, ClassResult, Sweep
+from tmpatch.audit.sweep_results import MODES, ClassResult, Sweep, shorten
 
 log = logging.getLogger("tmpatch")
 
@@ -79,8 +79,8 @@ def _pick_inputs(cls: type) -> Tuple[Optional[_Case], str]:
         return None, f"needs an optional package ({exc})"
     except Exception as exc:  # noqa: BLE001
         if "install" in str(exc):
-            return None, f"needs an optional package ({str(exc).splitlines()[0][:100]})"
-        return None, f"cannot be built: {type(exc).__name__}: {str(exc)[:120]}"
+            return None, f"needs an optional package ({shorten(str(exc), 100)})"
+        return None, f"cannot be built: {type(exc).__name__}: {shorten(str(exc), 120)}"
     last = ""
     for args, kwargs in input_candidates(cls, metric):
         try:
@@ -88,7 +88,7 @@ def _pick_inputs(cls: type) -> Tuple[Optional[_Case], str]:
         except (ImportError, ModuleNotFoundError) as exc:
             return None, f"needs an optional package ({exc})"
         except Exception as exc:  # noqa: BLE001 - try the next candidate
-            last = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+            last = f"{type(exc).__name__}: {shorten(str(exc), 120)}"
             continue
         return _Case(cls, args, kwargs), ""
     return None, f"no generated input accepted ({last})"
@@ -205,7 +205,7 @@ def run_sweep(names: Optional[Sequence[str]] = None, real: bool = False,
                     except Exception as exc:  # noqa: BLE001 - one class must not stop the sweep
                         log.info("tmpatch.audit.sweep: %s (%s): %r", result.name, mode, exc)
                         if mode == "unpatched":
-                            result.skipped = f"cannot be audited: {type(exc).__name__}: {str(exc)[:100]}"
+                            result.skipped = f"cannot be audited: {type(exc).__name__}: {shorten(str(exc), 100)}"
     return Sweep(torchmetrics.__version__, results)
 
 

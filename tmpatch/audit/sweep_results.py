@@ -88,7 +88,7 @@ class ClassResult:
             if not report.complete:
                 cause = COMPUTE if -1 in in_compute else ERROR
                 where = " in compute" if cause == COMPUTE else ""
-                text = str(report.error).splitlines()[0][:100] if str(report.error) else ""
+                text = shorten(str(report.error), 100)
                 out.append((call, None, cause, f"audit stopped early{where}: {type(report.error).__name__}: {text}"))
         return out
 
@@ -165,9 +165,19 @@ def _pair(result: ClassResult, call: str) -> str:
     return f"{fmt(result.count(call, 'unpatched'))} -> {fmt(result.count(call, 'patched'))}"
 
 
-def _cut(text: str) -> str:
+def shorten(text: str, width: int) -> str:
+    """The first line of ``text`` in at most ``width`` columns, cut at a word boundary (``...``)."""
+    first = text.splitlines()[0] if text else ""
+    return first if len(first) <= width else textwrap.shorten(first, width, placeholder=" ...")
+
+
+def _wrapped(text: str, indent: int = 4) -> List[str]:
+    """``text`` on lines of :data:`WIDTH` columns, broken between words; continuation lines
+    ``indent`` columns deeper than the first."""
     text = " ".join(text.split("\n"))  # an error message may span lines
-    return text if len(text) <= WIDTH else text[:WIDTH - 3] + "..."
+    lead = len(text) - len(text.lstrip(" "))
+    return textwrap.wrap(text, WIDTH, subsequent_indent=" " * (lead + indent), break_long_words=False,
+                         break_on_hyphens=False) or [""]
 
 
 def render(sweep: Sweep) -> str:
@@ -177,8 +187,8 @@ def render(sweep: Sweep) -> str:
     lines = [f"{'class':<44} {'update':>9} {'forward':>9}  status (patched)",
              f"{'-' * 44} {'-' * 9} {'-' * 9}  {'-' * 16}"]
     for result in sweep.audited:
-        lines.append(_cut(f"{result.name[:44]:<44} {_pair(result, 'update'):>9} {_pair(result, 'forward'):>9}  "
-                          f"{result.status('patched')}"))
+        lines += _wrapped(f"{result.name:<44} {_pair(result, 'update'):>9} {_pair(result, 'forward'):>9}  "
+                          f"{result.status('patched')}", 66)
         seen: Dict[Tuple[str, str, str], int] = {}
         for call, point, cause, reason in result.remaining():
             where = "" if point is None else f"{short_location(point.location)} {point.function}"
@@ -186,10 +196,10 @@ def render(sweep: Sweep) -> str:
             seen[key] = seen.get(key, 0) + 1
         for (where, cause, reason), times in seen.items():
             count = f" x{times}" if times > 1 else ""
-            lines.append(_cut(f"    {where}{count}  [{cause}] {reason}"))
+            lines += _wrapped(f"    {where}{count}  [{cause}] {reason}")
     if sweep.skipped:
         lines += ["", f"skipped ({len(sweep.skipped)}):"]
-        lines += [_cut(f"  {r.name}: {r.skipped}") for r in sweep.skipped]
+        lines += [line for r in sweep.skipped for line in _wrapped(f"  {r.name}: {r.skipped}")]
     names = sweep.not_inherent()
     lines += ["", f"[{COMPUTE}]: {COMPUTE_REASON}.", "[not covered]: no tmpatch patch removes it yet."]
     if names:

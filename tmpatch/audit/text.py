@@ -160,7 +160,7 @@ def header(panel: "object") -> str:
     mode = {"simulated": "simulated CUDA (no GPU needed: an oracle on fake CUDA tensors)",
             "real": "real GPU (torch.cuda.set_sync_debug_mode)"}.get(panel.mode, panel.mode)  # type: ignore
     lines = [f"tmpatch audit: torchmetrics {panel.release}, {mode}"]  # type: ignore[attr-defined]
-    lines += fit(patched_with(panel.patch_states), 4)  # type: ignore[attr-defined]
+    lines += patched_with(panel.patch_states)  # type: ignore[attr-defined]
     lines += ["sync points per call, unpatched -> patched. update: per update() (forward() runs it: a cost "
               "paid every step);", "compute: one compute() after one update, paid once per compute() "
               "(its result is read anyway); -: no compute()"]
@@ -171,9 +171,9 @@ def header(panel: "object") -> str:
     return "\n".join(lines) + "\n"
 
 
-def patched_with(states: Dict[str, str]) -> str:
-    """``patched with: applied a, b; not-needed c`` (states grouped, in catalogue order)."""
-    groups: Dict[str, List[str]] = {}
-    for name, state in states.items():
-        groups.setdefault(state, []).append(name)
-    return "patched with: " + "; ".join(f"{state} {', '.join(names)}" for state, names in groups.items())
+def patched_with(states: Dict[str, str]) -> List[str]:
+    """``patched with:`` and the patches grouped by state, a group a line (``applied (20): a, b, ...``;
+    ``pending``: their modules were not imported by the rows)."""
+    from tmpatch.report import grouped
+
+    return ["patched with:"] + [f"  {line}" for line in grouped(states, width=WIDTH - 2)]
