@@ -14,14 +14,30 @@ median wall time of each (the goal: under +10 ms with the variable):
 Each way is also checked once: what start-up imported of tmpatch, wrapt, torch,
 torchmetrics. Writes nothing but stdout (benchmarks/startup.txt holds the last
 recorded run).
+
+``--cost TREE [--cost TREE ...]`` measures what tmpatch costs a process that uses
+torchmetrics instead (any interpreter with torch and torchmetrics; each TREE is a
+checkout of tmpatch put first on PYTHONPATH, so that two can be compared, run by run
+interleaved; bytecode caches are written as an installed package has them):
+
+* ``apply``  CPU time of ``import tmpatch; tmpatch.apply()`` after ``import torch,
+  torchmetrics``, the disk cache warm (every process after the first);
+* ``cold``   the same with an empty cache directory (the first process after an
+  install or upgrade);
+* ``import`` CPU time (user + system) of ``python -c "import torchmetrics"`` with
+  ``TMPATCH=1`` and the bootstrap first on PYTHONPATH (as ``tmpatch run`` starts it),
+  less that of the same command without ``TMPATCH`` (median of the per-run differences).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Dict, List
 
@@ -38,11 +54,87 @@ def _environ(python: str, mode: str, boot: str) -> Dict[str, str]:
     return environ
 
 
+APPLY = ("import sys, time, torch, torchmetrics; start = time.process_time(); import tmpatch; "
+         "tmpatch.apply(); print(time.process_time() - start, tmpatch.__file__)")
+
+
+def _cost_environ(tree: str, cache: str, on: bool = False) -> Dict[str, str]:
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith("TMPATCH") and k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+    environ["XDG_CACHE_HOME"] = cache
+    environ["PYTHONPATH"] = os.pathsep.join([os.path.join(tree, "tmpatch", "bootstrap"), tree] if on else [tree])
+    if on:
+        environ["TMPATCH"] = "1"
+    return environ
+
+
+def _child_cpu(python: str, code: str, environ: Dict[str, str]) -> float:
+    """CPU seconds (user + system) of one child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([python, "-c", code], env=environ, stdout=subprocess.DEVNULL, check=True,
+                   cwd=environ["XDG_CACHE_HOME"])  # not a checkout: python -c puts the directory first
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _apply_cpu(python: str, environ: Dict[str, str]) -> float:
+    os.makedirs(environ["XDG_CACHE_HOME"], exist_ok=True)
+    out = subprocess.run([python, "-c", APPLY], env=environ, stdout=subprocess.PIPE, text=True, check=True,
+                         cwd=environ["XDG_CACHE_HOME"]).stdout
+    seconds, where = out.strip().splitlines()[-1].split(" ", 1)
+    tree = environ["PYTHONPATH"].split(os.pathsep)[-1]
+    if not where.startswith(os.path.join(tree, "")):
+        raise SystemExit(f"tmpatch came from {where}, not from {tree}")
+    return float(seconds)
+
+
+def cost(python: str, trees: List[str], runs: int) -> int:
+    """The ``--cost`` table: per tree, apply() warm and cold, and TMPATCH=1 on an import."""
+    trees = [os.path.abspath(t) for t in trees]
+    scratch = tempfile.mkdtemp(prefix="tmpatch-startup-")
+    times: Dict[str, Dict[str, List[float]]] = {t: {"apply": [], "cold": [], "import": []} for t in trees}
+    try:
+        caches = {tree: os.path.join(scratch, f"warm{i}") for i, tree in enumerate(trees)}
+        for tree in trees:  # bytecode written, the cache warm
+            os.makedirs(caches[tree])
+            _apply_cpu(python, _cost_environ(tree, caches[tree]))
+            _child_cpu(python, "import torchmetrics", _cost_environ(tree, caches[tree], on=True))
+        for run in range(runs):
+            for tree in trees:
+                times[tree]["apply"].append(_apply_cpu(python, _cost_environ(tree, caches[tree])))
+                cold = os.path.join(scratch, f"cold{run}")
+                times[tree]["cold"].append(_apply_cpu(python, _cost_environ(tree, cold)))
+                shutil.rmtree(cold, ignore_errors=True)
+                plain = _child_cpu(python, "import torchmetrics", _cost_environ(tree, caches[tree]))
+                patched = _child_cpu(python, "import torchmetrics", _cost_environ(tree, caches[tree], on=True))
+                times[tree]["import"].append(patched - plain)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    release = subprocess.run([python, "-c", "import sys, torch, torchmetrics; print(sys.version.split()[0], "
+                              "torch.__version__, torchmetrics.__version__)"], stdout=subprocess.PIPE, text=True,
+                             check=True, cwd=tempfile.gettempdir()).stdout.split()
+    print(f"python {release[0]}, torch {release[1]}, torchmetrics {release[2]} ({python}); {runs} runs per tree, "
+          f"interleaved; CPU ms, median (min-max)")
+    print(f"{'tree':<40} {'apply (warm)':>22} {'apply (cold)':>22} {'TMPATCH=1 import':>22}")
+    for tree in trees:
+        cells = []
+        for key in ("apply", "cold", "import"):
+            values = [v * 1000 for v in times[tree][key]]
+            cells.append(f"{statistics.median(values):7.1f} ({min(values):.0f}-{max(values):.0f})")
+        print(f"{tree[-40:]:<40} " + " ".join(f"{cell:>22}" for cell in cells))
+    return 0
+
+
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="interpreter with tmpatch installed")
-    parser.add_argument("--runs", type=int, default=40, help="starts per way (default 40)")
+    parser.add_argument("--runs", type=int, default=None, help="starts per way (default 40; --cost: 15)")
+    parser.add_argument("--cost", action="append", metavar="TREE",
+                        help="measure apply() and TMPATCH=1 on an import with this tmpatch checkout (repeatable)")
     args = parser.parse_args(argv)
+    if args.cost:
+        return cost(args.python, args.cost, args.runs or 15)
+    args.runs = args.runs or 40
     info = subprocess.run(
         [args.python, "-c", "import os, site, sys, tmpatch.bootstrap as b; "
          "print(b.DIRECTORY); print(any(os.path.exists(os.path.join(d, 'tmpatch.pth')) "

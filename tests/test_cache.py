@@ -209,3 +209,19 @@ def test_an_import_under_tmpatch_shares_one_index_across_its_hooks():
     before, after, states = json.loads(run_python(code).stdout.strip().splitlines()[-1])
     assert "applied" in states.values()
     assert after - before <= 2  # the import's hooks, and torchmetrics' own (its end)
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX permissions")
+def test_a_cache_file_others_can_write_is_not_read(fresh, tmp_path, monkeypatch):
+    """The file holds code that runs: one that the group or others may write is ignored."""
+    module = _module(tmp_path, monkeypatch)
+    fingerprint(module.target)
+    cache.flush()
+    (path,) = fresh.iterdir()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.chmod(0o666)
+    _forget()
+    calls = []
+    real = fingerprint_module.tokens
+    monkeypatch.setattr(fingerprint_module, "tokens", lambda func: calls.append(func) or real(func))
+    assert fingerprint(module.target) == source_fingerprint(SOURCE) and calls  # computed, not read

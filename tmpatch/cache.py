@@ -11,9 +11,10 @@ computes them. So an entry is used only where computing it again would give the 
 value: a file that changes (even in place, keeping its size and time) is a miss.
 
 Where: ``$XDG_CACHE_HOME/tmpatch`` (``~/.cache/tmpatch`` when the variable is unset or
-not an absolute path). A cache file that is missing, unreadable, from another version
-or corrupt (it carries a checksum) is a miss; one that cannot be written is not
-written. Neither is ever an error: the values are computed as without a cache.
+not an absolute path). A cache file that is missing, unreadable, from another version,
+corrupt (it carries a checksum), another user's or writable by others (it holds code
+that runs) is a miss; one that cannot be written is not written. Neither is ever an
+error: the values are computed as without a cache.
 """
 from __future__ import annotations
 
@@ -94,6 +95,10 @@ def _read(path: str) -> Dict[str, Dict[Key, Any]]:
         return empty
     try:
         with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & 0o022):
+                log.debug("tmpatch: cache %s ignored (another user's, or writable by others)", path)
+                return empty  # it holds code that runs: only the user's own
             data = handle.read()
     except OSError:
         return empty
@@ -218,6 +223,8 @@ def flush() -> None:
         try:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             with open(temporary, "wb") as handle:
+                if hasattr(os, "fchmod"):
+                    os.fchmod(handle.fileno(), 0o600)
                 handle.write(_HEADER + hashlib.sha1(payload).digest() + payload)
             os.replace(temporary, path)
         except OSError as exc:

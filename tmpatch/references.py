@@ -151,7 +151,8 @@ class _Scan:
 
 class _Index:
     """One look through ``sys.modules`` per scope, shared by the sweeps of one
-    :meth:`Engine.batch`: ``id(value)`` -> where it was held. Modules imported since, and
+    :meth:`Engine.batch`: ``id(value)`` -> where it was held. Modules imported since (names
+    new to ``sys.modules``; when a name has left it, every entry's object is compared), and
     modules that were still importing (whose namespace has grown or is complete since), are
     added at the next lookup, and each place is checked against its current value.
 
@@ -208,12 +209,16 @@ class _Index:
         modules = sys.modules
         if len(modules) == scan.count and not scan.unfinished:
             return
-        try:  # the (name, module) pairs not indexed as such, found in C
-            fresh = list(modules.items() - scan.indexed.items())
-        except TypeError:  # an odd, unhashable entry in sys.modules
-            fresh = [item for item in list(modules.items()) if scan.indexed.get(item[0]) is not item[1]]
+        indexed = scan.indexed
+        names = modules.keys() - indexed.keys()  # the names imported since (in C: a few hundred microseconds less)
+        if len(modules) == len(indexed) + len(names):
+            fresh = [(name, modules.get(name)) for name in names]
+        else:  # a module left sys.modules: forget it, and compare every entry's object
+            for name in indexed.keys() - modules.keys():
+                del indexed[name]
+            fresh = [item for item in list(modules.items()) if indexed.get(item[0]) is not item[1]]
         for module_name, module in fresh:
-            scan.indexed[module_name] = module
+            indexed[module_name] = module
         for module_name, size in list(scan.unfinished.items()):
             module = modules.get(module_name)
             namespace = _sweepable(module_name, module)

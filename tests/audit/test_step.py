@@ -296,3 +296,22 @@ def test_a_step_file_imports_its_neighbours_and_may_hold_dataclasses(tmp_path):
                                     "    return lambda: read(state.x.sum())\n")
     run = audit_step(load(f"{folder / 'loop.py'}:make"))["unpatched"]
     assert [(s.where, s.function) for s in run.seen] == [(f"{folder / 'neighbour.py'}:2", "read")]
+
+
+def test_the_header_states_are_those_after_the_step(tmp_path):
+    """A step that imports a module torchmetrics loads on demand: its patches read applied in
+    the header (the states after the step), not pending (a fresh process: nothing imported it
+    before). A pending patch is named with what pending means."""
+    from tests.conftest import lazily_imported_patches, run_python
+
+    lazy = sorted(lazily_imported_patches())
+    if not lazy:
+        pytest.skip("this release imports every patched module with torchmetrics")
+    path = tmp_path / "lazystep.py"
+    path.write_text("import torch\n\n\ndef make(device):\n    import torchmetrics.segmentation  # noqa: F401\n"
+                    "    x = torch.ones(3, device=device)\n    return lambda: x + 1\n")
+    code = f"from tmpatch.audit import cli; raise SystemExit(cli.main(['--step', {str(path) + ':make'!r}]))"
+    header = run_python(code).stdout.split("\n\n")[0]
+    assert "pending" not in header, header
+    tail = " ".join(header.split()).split("after the step ", 1)[1]
+    assert "applied" in tail and "tmpatch status names them" in tail
