@@ -16,7 +16,7 @@ from tmpatch.fingerprint import fingerprint, source_fingerprint
 from tmpatch.rewrite import rewrite
 from tmpatch.spec import Edit
 
-pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
+once = pytest.mark.once  # does not depend on the torchmetrics release
 
 SOURCE = '''
 def target(x, y=2):
@@ -64,6 +64,7 @@ def _refuse(monkeypatch) -> None:
     monkeypatch.setattr(rewrite_module, "_compile", refuse)
 
 
+@once
 def test_a_second_process_reads_fingerprints_and_edited_code_from_disk(fresh, tmp_path, monkeypatch):
     module = _module(tmp_path, monkeypatch)
     edits = [Edit("if x > 100:\n    raise ValueError('too big')", "")]
@@ -80,6 +81,7 @@ def test_a_second_process_reads_fingerprints_and_edited_code_from_disk(fresh, tm
     assert again.__code__.co_firstlineno == module.target.__code__.co_firstlineno
 
 
+@once
 def test_a_file_changed_in_place_is_a_miss_even_with_the_same_size_and_time(fresh, tmp_path, monkeypatch):
     module = _module(tmp_path, monkeypatch)
     before = fingerprint(module.target)
@@ -100,6 +102,7 @@ def test_a_file_changed_in_place_is_a_miss_even_with_the_same_size_and_time(fres
     assert after == source_fingerprint(changed) != before
 
 
+@once
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "flipped", "empty"])
 def test_a_corrupt_cache_file_is_ignored_and_replaced(fresh, tmp_path, monkeypatch, damage):
     module = _module(tmp_path, monkeypatch)
@@ -118,6 +121,7 @@ def test_a_corrupt_cache_file_is_ignored_and_replaced(fresh, tmp_path, monkeypat
     assert fingerprint(module.target) == expected  # and written again, soundly
 
 
+@once
 def test_an_unwritable_or_missing_home_is_never_an_error(tmp_path, monkeypatch):
     module = _module(tmp_path, monkeypatch)
     expected = source_fingerprint(SOURCE)
@@ -140,6 +144,7 @@ def test_an_unwritable_or_missing_home_is_never_an_error(tmp_path, monkeypatch):
     cache.clear()
 
 
+@once
 def test_the_directory_follows_xdg_cache_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert cache.directory() == str(tmp_path / "x" / "tmpatch")
@@ -150,6 +155,7 @@ def test_the_directory_follows_xdg_cache_home(tmp_path, monkeypatch):
     assert cache.directory() == str(tmp_path / "home" / ".cache" / "tmpatch")
 
 
+@once
 def test_functions_without_a_readable_file_are_not_cached(fresh):
     namespace = {}
     exec(compile("def made(x):\n    return x\n", "<made>", "exec"), namespace)
@@ -157,7 +163,7 @@ def test_functions_without_a_readable_file_are_not_cached(fresh):
     assert cache.source_key(len) is None
 
 
-def test_apply_in_a_warm_process_reads_no_source_and_looks_through_sys_modules_once():
+def test_apply_in_a_warm_process_reads_no_source_and_looks_through_sys_modules_once(tmp_path):
     """The whole catalogue on the installed torchmetrics: the second process computes no
     fingerprint, compiles no edit, and shares one index of sys.modules among its installs."""
     code = """
@@ -179,8 +185,9 @@ def test_apply_in_a_warm_process_reads_no_source_and_looks_through_sys_modules_o
     """
     import json
 
-    cold = json.loads(run_python(code).stdout.strip().splitlines()[-1])
-    warm = json.loads(run_python(code).stdout.strip().splitlines()[-1])
+    own = {"XDG_CACHE_HOME": str(tmp_path)}  # empty: the first process computes
+    cold = json.loads(run_python(code, own).stdout.strip().splitlines()[-1])
+    warm = json.loads(run_python(code, own).stdout.strip().splitlines()[-1])
     assert cold[1] == warm[1]
     assert cold[0]["tokens"] > 0 and cold[0]["compile"] > 0
     assert warm[0] == {"tokens": 0, "compile": 0, "index": 1}
@@ -212,6 +219,7 @@ def test_an_import_under_tmpatch_shares_one_index_across_its_hooks():
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX permissions")
+@once
 def test_a_cache_file_others_can_write_is_not_read(fresh, tmp_path, monkeypatch):
     """The file holds code that runs: one that the group or others may write is ignored."""
     module = _module(tmp_path, monkeypatch)

@@ -172,12 +172,11 @@ def shorten(text: str, width: int) -> str:
 
 
 def _wrapped(text: str, indent: int = 4) -> List[str]:
-    """``text`` on lines of :data:`WIDTH` columns, broken between words; continuation lines
-    ``indent`` columns deeper than the first."""
+    """``text`` on lines of :data:`WIDTH` columns, broken between words (a word longer than a
+    line alone is split); continuation lines ``indent`` columns deeper than the first."""
     text = " ".join(text.split("\n"))  # an error message may span lines
     lead = len(text) - len(text.lstrip(" "))
-    return textwrap.wrap(text, WIDTH, subsequent_indent=" " * (lead + indent), break_long_words=False,
-                         break_on_hyphens=False) or [""]
+    return textwrap.wrap(text, WIDTH, subsequent_indent=" " * (lead + indent), break_on_hyphens=False) or [""]
 
 
 def render(sweep: Sweep) -> str:
