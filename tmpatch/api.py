@@ -136,8 +136,7 @@ def _loaded(module_name: str, just_loaded: types.ModuleType) -> bool:
 def _host_importing(just_loaded: types.ModuleType) -> bool:
     """Whether torchmetrics itself is still half-way through its import (the hook fires for one of
     the modules it imports): the hooks of that import share one look through ``sys.modules``."""
-    host = sys.modules.get(catalogue.HOST)
-    return host is not None and host is not just_loaded and not _loaded(catalogue.HOST, just_loaded)
+    return catalogue.HOST in sys.modules and not _loaded(catalogue.HOST, just_loaded)
 
 
 def _on_import(module: types.ModuleType) -> None:
@@ -198,6 +197,7 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
     selected, excluded, chosen_policies = selection.check_apply(patches, exclude, strict, policies)
     settings.policy.update(chosen_policies)
     with _engine.lock:
+        catalogue.forget_release()  # an upgrade since the last apply() is seen
         if not catalogue.installed():
             message = "tmpatch: torchmetrics is not installed; the patches are armed in case it is imported later"
             if strict:

@@ -81,9 +81,16 @@ def installed() -> bool:
 _distribution: Tuple[Tuple[str, ...], Optional[str]] = ((), None)  # sys.path -> the release its metadata gives
 
 
+def forget_release() -> None:
+    """Read the distribution's metadata again at the next :func:`release` (``apply()`` starts so)."""
+    global _distribution
+    _distribution = ((), None)
+
+
 def release() -> Optional[str]:
-    """The torchmetrics release: of the imported package if it is imported,
-    else of the installed distribution (read from its metadata, once per ``sys.path``), else None."""
+    """The torchmetrics release: of the imported package if it is imported, else of the
+    installed distribution (its metadata read once until :func:`forget_release`, or until
+    ``sys.path`` changes), else None."""
     global _distribution
     module = sys.modules.get(HOST)
     version = getattr(module, "__version__", None) if module is not None else None
