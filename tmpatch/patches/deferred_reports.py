@@ -84,14 +84,98 @@ def _build_forward(module: ModuleType) -> Callable[..., Any]:
     return forward
 
 
+def _settle_at(metric: Any, where: str) -> None:
+    """Report what ``metric`` and the metrics inside it hold, at a settle point other than
+    compute: totals of an earlier sync (a forward's) are forgotten first, as at compute."""
+    if deferred.pending(metric):
+        deferred.start_compute(metric)
+        deferred.settle(metric, where)
+
+
 def _build_reset(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.reset`` by the user: the report first (its data is about to be dropped), for
+    the outermost wrapper or collection resetting the metric (once for all its members)."""
+
     def reset(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(self, *args, **kwargs)
         if not deferred.internal():
-            deferred.clear(self)
-        return result
+            _settle_at(deferred.enclosing(self, _RESETS), "reset()")
+        return original(self, *args, **kwargs)
 
     return reset
+
+
+#: the methods of torchmetrics' wrappers and collections that reset the metrics inside them
+_RESETS = ("reset", "reset_all")
+
+
+def _persists(metric: Any) -> bool:
+    """Whether ``metric``'s state_dict holds a metric state (of it or of a metric inside it)."""
+    modules = metric.modules() if hasattr(metric, "modules") else (metric,)
+    return any(any(getattr(inner, "_persistent", {}).values()) for inner in modules)
+
+
+def _build_state_dict(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.state_dict``: the report first, when the state_dict carries a metric state
+    (``persistent(True)``); for the outermost collection or wrapper taking it."""
+
+    def state_dict(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not deferred.internal() and deferred.pending(self):
+            top = deferred.enclosing(self, ("state_dict",))
+            if _persists(top):
+                _settle_at(top, "state_dict()")
+        return original(self, *args, **kwargs)
+
+    return state_dict
+
+
+def _build_getstate(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.__getstate__`` (pickle, ``torch.save``, ``copy``, ``clone()``): the report first."""
+
+    def __getstate__(original: Callable, self: Any) -> Any:
+        if not deferred.internal() and deferred.pending(self):
+            _settle_at(deferred.enclosing(self, ("clone",)), "pickling")
+        return original(self)
+
+    return __getstate__
+
+
+def _build_merge_state(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.merge_state`` (1.6.0+): the reports of the incoming metric, then of this one,
+    before any state moves."""
+    metric_class = module.Metric
+
+    def merge_state(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not deferred.internal():
+            incoming = args[0] if args else kwargs.get("incoming_state")
+            if isinstance(incoming, metric_class):
+                _settle_at(incoming, "merge_state()")
+            _settle_at(self, "merge_state()")
+        return original(self, *args, **kwargs)
+
+    return merge_state
+
+
+def _build_sync(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.sync`` by the user: the report once the sync is done on every rank (a report
+    before it would leave the other ranks waiting in its collectives); with
+    ``coalesced_sync`` it covers every rank. A raise puts the local states back (``unsync``)."""
+
+    def sync(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if deferred.internal():
+            return original(self, *args, **kwargs)
+        was = getattr(self, "_is_synced", False)
+        if deferred.pending(self):
+            deferred.start_compute(self)  # totals of an earlier sync (a forward's) are not this one's
+        result = original(self, *args, **kwargs)
+        if getattr(self, "_is_synced", False) and not was and deferred.pending(self):
+            try:
+                deferred.settle(self, "sync()")
+            except BaseException:
+                self.unsync()
+                raise
+        return result
+
+    return sync
 
 
 def _build_apply(module: ModuleType) -> Callable[..., Any]:
@@ -210,6 +294,37 @@ PATCH = Patch(
             variants=(
                 Variant(span("1.0.0", "1.3.2"), "718dd05530d14777", _build_reset),
                 Variant(span("1.4.0", "1.9.0"), "26a400138ffbd9ed", _build_reset),
+            ),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric.state_dict",
+            variants=(
+                Variant(span("1.0.0", "1.3.1"), "053d8e2020a77d7a", _build_state_dict),
+                Variant(span("1.3.2", "1.5.2"), "c0f248a8c69ecc78", _build_state_dict),
+                Variant(span("1.6.0", "1.9.0"), "4c5aff2dc41d2932", _build_state_dict),
+            ),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric.__getstate__",
+            variants=(
+                Variant(span("1.0.0", "1.5.2"), "af232a93d4f8018a", _build_getstate),
+                Variant(span("1.6.0", "1.9.0"), "ed346df0a94f210f", _build_getstate),
+            ),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric.merge_state",
+            variants=(Variant(span("1.6.0", "1.9.0"), "ebcfbc83b19d5368", _build_merge_state),),
+            present=since("1.6.0"),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric.sync",
+            variants=(
+                Variant(span("1.0.0", "1.3.2"), "11501a2cfbe5730e", _build_sync),
+                Variant(span("1.4.0", "1.9.0"), "00416aa799a99c1b", _build_sync),
             ),
         ),
         Target(
