@@ -11,15 +11,22 @@ at the user's next ``compute()`` instead, exactly once (:mod:`tmpatch.deferred`)
 * ``Metric.forward``: the compute and reset torchmetrics makes inside ``forward()``
   report and clear nothing; a forward that runs ``update()`` twice (full-state update)
   counts the batch once;
-* ``Metric.reset``: a reset by the user clears the books;
+* the other settle points, where the data that carries a pending report leaves the metric
+  or is dropped: ``Metric.reset`` by the user (before it), ``Metric.state_dict`` (when a
+  metric state is persistent), ``Metric.__getstate__`` (pickles, ``torch.save``, copies),
+  ``Metric.merge_state`` (1.6.0+: both metrics' books, before) and a user's ``Metric.sync``
+  (after its collectives): each reports the books as compute does, for the outermost
+  wrapper or collection resetting, saving or cloning the metric (:func:`deferred.enclosing`),
+  so that no copy of a state carries data whose report was never given;
 * ``Running.update`` and ``Running.forward``: the base metric's reset inside them keeps
   the books (the report waits for the wrapper's compute);
 * ``MetricCollection.compute``: one report for the collection, after every metric's
   compute (1.0.x: the ``_wrap_compute`` overrides of ClasswiseWrapper, MultioutputWrapper
   and MultitaskWrapper, not yet ``WrapperMetric`` subclasses, get the book layer too).
 
-Releases: 1.0.0-1.9.0 (two implementations of ``forward``, ``reset`` and
-``MetricCollection.compute``, three of ``_wrap_compute``, one of the others).
+Releases: 1.0.0-1.9.0 (two implementations of ``forward``, ``reset``, ``sync``,
+``__getstate__`` and ``MetricCollection.compute``, three of ``_wrap_compute`` and
+``state_dict``, one of the others).
 ``tmpatch.revert()`` keeps pending reports: the compute layer stays with the metrics
 built while applied (:func:`deferred.detach`).
 """
@@ -227,8 +234,9 @@ PATCH = Patch(
     after_apply=deferred.went_live,
     after_revert=deferred.went_dormant,
     upstream="tmpatch's own: makes the deferred reports of other patches exact",
-    changes="a NaN or out-of-range report comes at compute(), once, on the rank that saw it "
-            "(on every rank with coalesced_sync); clones and pickles carry no pending report",
+    changes="a NaN or out-of-range report comes at compute(), or where the data leaves the metric first "
+            "(reset, state_dict, pickle/copy, merge_state, sync), once, on the rank that saw it (on every rank "
+            "with coalesced_sync); copies carry no pending report",
     labels=(
         Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
               file="tmpatch/deferred/settling.py"),

@@ -69,7 +69,8 @@ def _count(found: List[Tuple[Any, int]], top: Any, all_ranks: bool) -> str:
 
 def _binarized(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     raise ValueError(f"Input x should be binarized (tmpatch edge_distances: {_count(found, top, all_ranks)} since "
-                     f"the last report had masks with values other than 0 and 1; {_NOTE.format(point=deferred.point())}")
+                     "the last report had masks with values other than 0 and 1; "
+                     f"{_NOTE.format(point=deferred.point())}")
 
 
 def _empty(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
