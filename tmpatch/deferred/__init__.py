@@ -206,10 +206,10 @@ Reporter = Callable[[Any, List[Tuple[Any, int]], bool], None]
 
 class Record:
     """One kind of deferred report (``nan``, ``bincount``): counts added during updates,
-    reported by ``reporter(top, [(metric, count), ...], all_ranks)`` at compute, where
-    ``top`` is the metric the user computed and the pairs are the metrics (``top`` or
-    metrics inside it) whose count is not zero; ``all_ranks``: the counts are sums over
-    the ranks of a coalesced sync."""
+    reported by ``reporter(top, [(metric, count), ...], all_ranks)`` at compute (or another
+    settle point, which :func:`point` names), where ``top`` is the metric the user computed
+    (reset, saved, ...) and the pairs are the metrics (``top`` or metrics inside it) whose
+    count is not zero; ``all_ranks``: the counts are sums over the ranks of a coalesced sync."""
 
     def __init__(self, key: str, reporter: Reporter) -> None:
         self.key = key

@@ -101,10 +101,18 @@ def _torchmetrics(obj: Any) -> bool:
         getattr(cls, "__module__", "").startswith("torchmetrics.") for cls in type(obj).__mro__)
 
 
+#: modules whose frames a chain of calls from a holder down to its member may pass through
+#: (torchmetrics', tmpatch's layers, torch's ``Module.state_dict``, ``copy.deepcopy``)
+_PASSING = ("torchmetrics.", "tmpatch.", "torch.")
+_PASSING_EXACT = frozenset({"copy", "copyreg"})
+
+
 def enclosing(metric: Any, names: Sequence[str]) -> Any:
     """The outermost torchmetrics module holding ``metric`` whose method named in ``names`` is
     running in this thread (``MetricCollection.reset`` resetting its members, one by one), or
-    ``metric``: the settle point's report covers it at once, before its first member goes."""
+    ``metric``: the settle point's report covers it at once, before its first member goes.
+    The walk up the stack stops at the first frame that is neither such a method nor code of
+    torchmetrics, tmpatch, torch or ``copy`` (the user's code: a few frames up)."""
     top = metric
     frame = sys._getframe(1)
     while frame is not None:
@@ -113,6 +121,11 @@ def enclosing(metric: Any, names: Sequence[str]) -> Any:
             if holder is not None and holder is not top and _torchmetrics(holder) and (
                     any(inner is metric for inner in holder.modules())):
                 top = holder
+                frame = frame.f_back
+                continue
+        module = frame.f_globals.get("__name__")
+        if module is not None and module not in _PASSING_EXACT and not module.startswith(_PASSING):
+            break
         frame = frame.f_back
     return top
 
