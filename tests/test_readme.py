@@ -53,5 +53,5 @@ def test_bincounts_text_names_where_upstream_counts_an_invalid_class_silently():
 
 def test_the_deferred_reports_settle_points_and_their_cost_are_told():
     text = _readme().split("Deferred checks: one read per ``compute()``", 1)[1].split("The whole library", 1)[0]
-    for point in ("``reset()``", "``state_dict()``", "pickling", "``merge_state()``", "``sync()``", "one read"):
+    for point in ("``reset()``", "``state_dict()``", "pickling", "``merge_state()``", "``sync()``", "one device read"):
         assert point in text, point

@@ -37,6 +37,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tmpatch import deferred
+from tmpatch.compiled import compiling
 from tmpatch.spec import DEFERRED, Label, Patch, Target, Variant, since, span
 
 
@@ -91,6 +92,14 @@ def _build_forward(module: ModuleType) -> Callable[..., Any]:
     return forward
 
 
+def _users() -> bool:
+    """Whether a settle point is the user's own call: not torchmetrics' (inside forward(), a
+    compute(), a wrapper's update()), and not traced by torch.compile (a read there is a graph
+    break, and the internal scope of a wrapper's update is lost across one: the report waits
+    for the next settle point outside the compiled code)."""
+    return not deferred.internal() and not compiling()
+
+
 def _settle_at(metric: Any, where: str) -> None:
     """Report what ``metric`` and the metrics inside it hold, at a settle point other than
     compute: totals of an earlier sync (a forward's) are forgotten first, as at compute."""
@@ -104,7 +113,7 @@ def _build_reset(module: ModuleType) -> Callable[..., Any]:
     the outermost wrapper or collection resetting the metric (once for all its members)."""
 
     def reset(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not deferred.internal():
+        if _users():
             _settle_at(deferred.enclosing(self, _RESETS), "reset()")
         return original(self, *args, **kwargs)
 
@@ -126,7 +135,7 @@ def _build_state_dict(module: ModuleType) -> Callable[..., Any]:
     (``persistent(True)``); for the outermost collection or wrapper taking it."""
 
     def state_dict(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not deferred.internal() and deferred.pending(self):
+        if _users() and deferred.pending(self):
             top = deferred.enclosing(self, ("state_dict",))
             if _persists(top):
                 _settle_at(top, "state_dict()")
@@ -139,7 +148,7 @@ def _build_getstate(module: ModuleType) -> Callable[..., Any]:
     """``Metric.__getstate__`` (pickle, ``torch.save``, ``copy``, ``clone()``): the report first."""
 
     def __getstate__(original: Callable, self: Any) -> Any:
-        if not deferred.internal() and deferred.pending(self):
+        if _users() and deferred.pending(self):
             _settle_at(deferred.enclosing(self, ("clone",)), "pickling")
         return original(self)
 
@@ -152,7 +161,7 @@ def _build_merge_state(module: ModuleType) -> Callable[..., Any]:
     metric_class = module.Metric
 
     def merge_state(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not deferred.internal():
+        if _users():
             incoming = args[0] if args else kwargs.get("incoming_state")
             if isinstance(incoming, metric_class):
                 _settle_at(incoming, "merge_state()")
@@ -168,7 +177,7 @@ def _build_sync(module: ModuleType) -> Callable[..., Any]:
     ``coalesced_sync`` it covers every rank. A raise puts the local states back (``unsync``)."""
 
     def sync(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if deferred.internal():
+        if not _users():
             return original(self, *args, **kwargs)
         was = getattr(self, "_is_synced", False)
         if deferred.pending(self):
