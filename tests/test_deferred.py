@@ -417,13 +417,15 @@ def test_a_forward_that_raises_leaves_later_reports_alone(live):
         metric.compute()
 
 
-def test_reset_by_the_user_clears_and_revert_keeps(live):
+def test_reset_by_the_user_reports_first_and_revert_keeps(live):
     metric = Clipped()
     metric.update(torch.tensor([-1.0]))
-    metric.reset()
+    with pytest.warns(UserWarning, match="^1 negative"):
+        metric.reset()  # the data goes: its report first
+    assert _counts() == [[1]] and deferred.point() == "compute()"
     metric.update(torch.tensor([1.0]))
     metric.compute()
-    assert REPORTS == []
+    REPORTS.clear()
     metric.update(torch.tensor([-1.0]))
     tmpatch.revert()
     metric.update(torch.tensor([2.0]))  # no book-keeping now: the count stays as it was
@@ -440,16 +442,17 @@ def test_books_of_the_metrics_inside_report_at_the_outer_compute(live):
     assert len(REPORTS) == 1 and REPORTS[0][0] is pair
 
 
-def test_copies_start_with_nothing_pending(live):
+def test_copies_start_with_nothing_pending_and_the_first_gives_the_report(live):
     metric = Clipped()
     metric.update(torch.tensor([-1.0]))
-    twins = [metric.clone(), copy.deepcopy(metric), pickle.loads(pickle.dumps(metric))]
+    with pytest.warns(UserWarning, match="^1 negative"):
+        twins = [metric.clone(), copy.deepcopy(metric), pickle.loads(pickle.dumps(metric))]
+    assert _counts() == [[1]]  # once, at the first copy
     for twin in twins:
         assert deferred.book_of(twin) is not None and deferred.book_of(twin).counts == {}
         twin.compute()
-    assert REPORTS == []
-    with pytest.warns(UserWarning):
-        metric.compute()
+    metric.compute()
+    assert _counts() == [[1]]
 
 
 def test_apply_revert_under_threads_loses_no_report():

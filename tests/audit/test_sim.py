@@ -84,3 +84,22 @@ def test_legacy_new_with_values_is_a_host_to_device_copy(data):
         assert x.new(torch.Size([2, 2])).shape == (2, 2)  # a size, not values: no copy
         assert x.new(2, 3).shape == (2, 3)
     assert [p.kind for p in sim.sync_points] == [SyncKind.H2D_COPY]
+
+
+def test_the_audits_copy_of_a_metric_leaves_its_pending_report_with_it():
+    """copy_modules deep-copies the caller's metric: a copy tmpatch makes for itself is no settle
+    point of the deferred reports (the caller's metric keeps its report for its own compute)."""
+    import tmpatch
+    from tmpatch.audit.sim import copy_modules
+    from torchmetrics.aggregation import MeanMetric
+
+    tmpatch.apply("nan_check")
+    try:
+        metric = MeanMetric(nan_strategy="error")
+        metric.update(torch.tensor([float("nan"), 1.0]))
+        fn, _, _ = copy_modules(metric.update, (), {})
+        assert fn is not metric.update  # the twin's
+        with pytest.raises(RuntimeError, match="nan"):
+            metric.compute()
+    finally:
+        tmpatch.revert()

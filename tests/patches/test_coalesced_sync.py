@@ -335,3 +335,42 @@ def test_gather_autograd_layer_counts_as_the_default():
 
 def test_environment_of_the_suite_has_no_process_group():
     assert not (dist.is_available() and dist.is_initialized()), os.environ.get("RANK")
+
+
+def _meta(metric: Any) -> Any:
+    """What a rank sends as the metadata of ``metric``'s sync (as ``wire.exchange`` builds it)."""
+    from tmpatch.patches.coalesced_sync import flow, wire
+    from tmpatch.patches.coalesced_sync.plan import plan
+
+    request = flow._request(wire.METRIC, [("Mixed", metric, plan(metric, _rules()))])
+    return {"o": list(request.owners), "t": request.release,
+            "b": [[wire._dtype_name(t.dtype), list(t.shape)] for t in request.blocks],
+            "e": [list(entry) for entry in request.entries], "r": []}
+
+
+def _longer(metric: Any) -> Any:
+    metric.seq.append(torch.zeros(2))  # a None-reduced list one element longer than rank 0's
+    return metric
+
+
+#: rank 1's metric against rank 0's ``_mixed(2, label_dtype=torch.int64)``; the advice its error
+#: must give, and the one it must not
+DISAGREEING = {
+    "empty list": (lambda: _mixed(0, label_dtype=torch.int64), "list state is empty", "different lengths"),
+    "list lengths": (lambda: _longer(_mixed(2, label_dtype=torch.int64)), "different lengths", "empty"),
+    "dtypes": (lambda: _mixed(2, label_dtype=torch.float64), "same dtype", "empty"),
+    "other states": (lambda: _mixed(2, label_dtype=torch.int64, extra=True), "different metric code", "lengths"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DISAGREEING))
+def test_a_structure_error_gives_the_advice_of_its_cause(case):
+    """The empty-list-state advice only where a rank's list state is empty (an empty tensor, or
+    nothing, where other ranks send data): not for lists of different lengths or other dtypes."""
+    from tmpatch.patches.coalesced_sync import wire
+
+    build, advice, not_advice = DISAGREEING[case]
+    metas = [_meta(_mixed(2, label_dtype=torch.int64)), _meta(build())]
+    with pytest.raises(wire.CoalescedSyncError, match="hold different states") as raised:
+        wire._check_structure(metas)
+    assert advice in str(raised.value) and not_advice not in str(raised.value), str(raised.value)

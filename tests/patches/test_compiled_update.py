@@ -257,6 +257,24 @@ def test_a_nan_report_waits_for_compute_in_compiled_steps():
 
 
 @heavy
+def test_a_wrappers_own_reset_in_a_compiled_update_keeps_the_report():
+    """Running.update resets its base metric itself (deferred_reports' internal scope); in a
+    compiled update that scope does not reach past the update count's graph break, so a settle
+    point there neither reports (a read: a graph break) nor drops: the report waits for compute."""
+    from torchmetrics.aggregation import MeanMetric
+    from torchmetrics.wrappers import Running
+
+    tmpatch.apply()
+    metric = Running(MeanMetric(nan_strategy="error"), window=3)
+    step = torch.compile(lambda x: metric.update(x), backend="eager")
+    step(torch.tensor([1.0, float("nan")]))
+    step(torch.tensor([2.0, 3.0]))
+    with pytest.raises(RuntimeError, match="`nan` values"):
+        metric.compute()
+    metric.compute()
+
+
+@heavy
 def test_an_invalid_class_is_reported_at_compute_after_compiled_steps():
     tmpatch.apply()
 

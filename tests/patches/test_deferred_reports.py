@@ -2,14 +2,17 @@
 
 A NaN seen by ``nan_check`` (``nan_strategy="error"``/``"warn"``) or an invalid class seen by
 ``bincount`` is reported once, at the user's next explicit ``compute()`` of the metric or of a
-wrapper or collection holding it, whatever happens in between; and nothing of tmpatch shows in
-a metric's state_dict, metric_state, merge_state, _defaults or pickles. The numbered sections
-follow the issue's items (7, DDP: test_deferred_reports_ddp.py; 8, engine: tests/test_engine.py
-and tests/test_api.py; 9, fidelity: test_nan_check.py).
+wrapper or collection holding it, or at the first other point where the data that carries it
+leaves the metric or is dropped (issue #34 item 2: ``state_dict``, pickling and copies,
+``merge_state``, ``sync``, ``reset``); and nothing of tmpatch shows in a metric's state_dict,
+metric_state, merge_state, _defaults or pickles. The numbered sections follow the issue's items
+(7, DDP: test_deferred_reports_ddp.py; 8, engine: tests/test_engine.py and tests/test_api.py; 9,
+fidelity: test_nan_check.py).
 """
 from __future__ import annotations
 
 import copy
+import io
 import pickle
 import threading
 import warnings
@@ -120,10 +123,15 @@ def test_item1_an_update_that_raised_keeps_the_pending_report(name, build, bad, 
 
 
 @pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
-def test_reset_by_the_user_clears_the_report(name, build, bad, good, message):
+def test_item2_reset_by_the_user_gives_the_report_once(name, build, bad, good, message):
+    """Item 2: the batch is dropped there, so its report is given there (before the reset:
+    the error leaves the metric as it was); the next reset resets, the next compute is silent."""
     _apply()
     metric = build()
     metric.update(*bad)
+    with pytest.raises(RuntimeError, match=message) as raised:
+        metric.reset()
+    assert "reset()" in str(raised.value)
     metric.reset()
     metric.update(*good)
     metric.compute()
@@ -265,6 +273,12 @@ def test_item3_checkpoints_load_strictly_both_ways_with_equal_values(name):
     patched = build()
     _feed(patched, args)
     patched.persistent(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            patched.state_dict()  # its data leaves: the pending report is given here (item 2)
+        except RuntimeError:
+            pass
     written_patched = patched.state_dict()
     assert not [k for k in written_patched if "tmpatch" in k]
     tmpatch.revert()
@@ -311,11 +325,12 @@ def test_item4_merge_state_expects_the_releases_keys_only():
     assert sorted(metric.metric_state) == ["sum_value"]
     left, right = MeanMetric(nan_strategy="error"), MeanMetric(nan_strategy="error")
     left.update(torch.tensor([1.0, 2.0]))
-    right.update(torch.tensor([3.0, NAN]))  # a pending report stays with the metric that saw it
-    left.merge_state(right)
+    right.update(torch.tensor([3.0, NAN]))
+    with pytest.raises(RuntimeError, match=NAN_ERROR):  # its data would leave: the report comes first
+        left.merge_state(right)
+    left.merge_state(right)  # given once
     assert float(left.compute()) == 2.0
-    with pytest.raises(RuntimeError, match=NAN_ERROR):
-        right.compute()
+    assert float(right.compute()) == 3.0
 
 
 # -- item 5: wrappers report once --------------------------------------------------------------
@@ -418,18 +433,186 @@ def test_item6_compute_groups_warn_once(first_nan):
     assert (during, total) == (0, 1)  # one report for the collection, at its first compute
 
 
+# -- settle points (issue #34 item 2): a pending report travels with no copy of its data ----------
+def _persistent(metric):
+    """``metric`` with every metric state in it persistent (in its state_dict)."""
+    for inner in metric.modules():
+        if isinstance(inner, Metric):
+            inner.persistent(True)
+    return metric
+
+
+def _torch_save(metric) -> None:
+    torch.save(metric, io.BytesIO())
+
+
+def _sync(metric) -> None:
+    """A sync over a world of two ranks that both hold this rank's states (no process group)."""
+    metric.sync(dist_sync_fn=lambda tensor, group=None: [tensor, tensor], distributed_available=lambda: True)
+    metric.unsync()
+
+
+#: what takes a metric's data out of it, or drops it (the metric is persistent: ``_persistent``)
+POINTS = {
+    "state_dict": lambda metric: metric.state_dict(),
+    "torch.save": _torch_save,
+    "pickle": pickle.dumps,
+    "deepcopy": copy.deepcopy,
+    "reset": lambda metric: metric.reset(),
+    "sync": _sync,
+}
+POINT_NAMES = {"state_dict": "state_dict()", "torch.save": "pickling", "pickle": "pickling", "deepcopy": "pickling",
+               "reset": "reset()", "sync": "sync()"}
+
+
+def _at_points(metric, bad, point: str) -> str:
+    take = POINTS[point]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "compute called before update" after a reset
+        return _errors([lambda: metric.update(*bad), lambda: take(metric), lambda: take(metric), metric.compute])
+
+
+@pytest.mark.parametrize("point", sorted(POINTS))
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_item2_a_pending_report_settles_where_its_data_leaves(point, name, build, bad, good, message):
+    """The release raises in update() and the batch never reaches the state; patched, the batch
+    is in the state, so the first point that copies or drops it gives the report, once."""
+    assert _at_points(_persistent(build()), bad, point) == "E..."
+    _apply()
+    metric = _persistent(build())
+    metric.update(*good)
+    assert _at_points(metric, bad, point) == ".E.."
+    metric.update(*bad)
+    with pytest.raises(RuntimeError, match=message) as raised:
+        POINTS[point](metric)
+    assert f"reported at {POINT_NAMES[point]}" in str(raised.value) or (
+        name == "bincount" and f"Reported at {POINT_NAMES[point]}" in str(raised.value))
+
+
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_item2_a_state_dict_without_metric_states_leaves_the_report_for_compute(name, build, bad, good, message):
+    _apply()
+    metric = build()  # states not persistent: the state_dict carries none of the data
+    metric.update(*bad)
+    assert metric.state_dict() == {}
+    assert _errors([metric.compute, metric.compute]) == "E."
+
+
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_item2_a_sync_that_does_not_run_leaves_the_report_for_compute(name, build, bad, good, message):
+    _apply()
+    metric = build()
+    metric.update(*bad)
+    metric.sync()  # not distributed: nothing leaves
+    assert _errors([metric.compute, metric.compute]) == "E."
+
+
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_item2_a_sync_that_raises_the_report_puts_the_local_states_back(name, build, bad, good, message):
+    _apply()
+    metric = build()
+    metric.update(*good)
+
+    def states():
+        return {key: getattr(metric, key).clone() for key in metric._defaults}
+
+    before = states()
+    metric.update(*bad)
+    local = states()
+    assert any(not torch.equal(local[key], before[key]) for key in local)  # the bad batch is in the states
+    with pytest.raises(RuntimeError, match=message):
+        metric.sync(dist_sync_fn=lambda tensor, group=None: [tensor, tensor], distributed_available=lambda: True)
+    assert not metric._is_synced
+    for key, value in states().items():
+        assert torch.equal(value, local[key]), key
+
+
+def test_item2_a_checkpoint_between_a_bad_batch_and_compute_is_never_written_silently(tmp_path):
+    """The issue's case: a checkpoint taken between the bad batch and the next compute()."""
+    _apply()
+    metric = _persistent(MeanMetric(nan_strategy="error"))
+    metric.update(torch.tensor([2.0, 6.0]))
+    metric.update(torch.tensor([NAN, 10.0]))
+    with pytest.raises(RuntimeError, match=NAN_ERROR):
+        torch.save(metric.state_dict(), tmp_path / "state.pt")
+    metric.update(torch.tensor([NAN, 4.0]))
+    with pytest.raises(RuntimeError, match=NAN_ERROR):
+        torch.save(metric, tmp_path / "metric.pt")  # the whole metric, pickled
+    torch.save(metric.state_dict(), tmp_path / "state.pt")  # every report given: the checkpoint is written
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["metric.pt", "state.pt"] or sorted(
+        path.name for path in tmp_path.iterdir()) == ["state.pt"]
+
+
+@pytest.mark.skipif(not MERGE_STATE, reason="merge_state from 1.6.0")
+@pytest.mark.parametrize("direction", ["out of", "into"])
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_item2_merge_state_gives_the_report_of_either_metric(direction, name, build, bad, good, message):
+    def run() -> str:
+        seen, other = build(), build()
+        other.update(*good)
+        calls = [lambda: seen.update(*good), lambda: seen.update(*bad)]
+        merge = (lambda: other.merge_state(seen)) if direction == "out of" else (lambda: seen.merge_state(other))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _errors(calls + [merge, merge, seen.compute, other.compute])
+
+    assert run() == ".E...."  # the release: in update()
+    _apply()
+    assert run() == "..E..."
+
+
+#: the settle points a wrapper or collection goes through (a sync is one metric's)
+WRAPPER_POINTS = ("state_dict", "torch.save", "deepcopy", "reset")
+
+
+@pytest.mark.parametrize("point", WRAPPER_POINTS)
+@pytest.mark.parametrize("name", sorted(WRAPPED))
+def test_item2_wrappers_and_collections_give_the_report_once_at_a_settle_point(name, point):
+    """Once for the wrapper or collection, as at its compute; but a MetricCollection pickled or
+    copied whole (it has no pickling method of torchmetrics' own, the pickler takes its members
+    one by one) gives each member's report as that member goes: here two members saw the batch."""
+    build, bad, good = WRAPPED[name]
+    assert _at_points(_persistent(build()), bad, point) == "E..."
+    _apply()
+    member_by_member = name.startswith("MetricCollection") and point in ("torch.save", "deepcopy")
+    assert _at_points(_persistent(build()), bad, point) == (".EE." if member_by_member else ".E..")
+
+
+@pytest.mark.parametrize("groups", [True, False])
+@pytest.mark.parametrize("point", WRAPPER_POINTS + ("clone",))
+def test_item2_a_collection_warns_once_at_a_settle_point(point, groups):
+    """One warning for the collection, as at its compute: the first member's state_dict, reset
+    or clone settles every member's book (with compute groups the leader's holds the count)."""
+    _apply()
+    collection = _persistent(MetricCollection({"a": MeanMetric(nan_strategy="warn"),
+                                               "b": MeanMetric(nan_strategy="warn")}, compute_groups=groups))
+    take = (lambda c: c.clone()) if point == "clone" else POINTS[point]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        collection.update(torch.tensor([1.0, 2.0]))
+        collection.update(torch.tensor([1.0, NAN]))
+        take(collection)
+        take(collection)
+        collection.compute()
+    expected = 2 if point in ("torch.save", "deepcopy") and not groups else 1  # pickled member by member
+    assert _warnings(seen, SPELLING) == expected, [str(w.message) for w in seen]
+
+
 # -- copies and pickles ---------------------------------------------------------------------------
-def test_copies_carry_no_pending_report_and_the_original_keeps_its_own():
+def test_copies_carry_no_pending_report_and_the_first_copy_gives_it():
+    """Item 2: a copy carries the data and no report; so copying gives the report, once."""
     _apply()
     metric = MeanMetric(nan_strategy="error")
     metric.update(torch.tensor([NAN, 2.0]))
+    with pytest.raises(RuntimeError, match=NAN_ERROR):
+        metric.clone()
     twins = [metric.clone(), copy.deepcopy(metric), pickle.loads(pickle.dumps(metric))]
     for twin in twins:
         assert float(twin.compute()) == 2.0
         twin.update(torch.tensor([NAN]))  # a copy made while applied defers its own reports
         with pytest.raises(RuntimeError, match=NAN_ERROR):
             twin.compute()
-    assert _errors([metric.compute, metric.compute]) == "E."
+    assert _errors([metric.compute, metric.compute]) == ".."
 
 
 def test_pickles_hold_nothing_of_tmpatch_and_load_where_it_cannot_be_imported(tmp_path):

@@ -7,8 +7,9 @@ MulticlassConfusionMatrix, unpatched and then with every patch applied, in ``upd
 ``compute()``, ``sync()``/``unsync()`` and ``forward()`` with ``dist_sync_on_step=True``:
 the counts are the same. A NaN (and an invalid class) seen on one rank is reported on
 that rank, after the release's compute and sync finished on every rank (none waits in a
-collective), and the job goes on. A job where rank 0 is patched and the others are not
-runs to the end with the values of an unpatched job.
+collective), and the job goes on; a sync() by hand reports after its collectives (on every
+rank with coalesced_sync). A job where rank 0 is patched and the others are not runs to the end
+with the values of an unpatched job.
 
 Multi-process runs cost seconds: they run on DDP_RELEASES (``TMPATCH_DDP_RELEASES=all``
 or a comma list widens it) and skip elsewhere.
@@ -149,6 +150,30 @@ def _bad_on_rank_one(rank: int) -> Dict[str, Any]:
     return out
 
 
+def _sync_by_hand(rank: int) -> Dict[str, Any]:
+    """Rank 1 sees a NaN (error); every rank syncs its metric by hand, twice, then computes.
+    The sync is a settle point: the report comes once its collectives are done on every rank."""
+    from torchmetrics.aggregation import MeanMetric
+
+    metric = MeanMetric(nan_strategy="error")
+    value = _batch(rank, 0)[0]
+    if rank == 1:
+        value = torch.cat([value, torch.tensor([NAN])])
+    metric.update(value)
+    out: Dict[str, Any] = {}
+    for attempt in ("first", "second"):
+        try:
+            metric.sync()
+            error = None
+        except RuntimeError as exc:
+            error = str(exc)
+        out[attempt] = {"error": error, "synced": metric._is_synced}
+        if metric._is_synced:
+            metric.unsync()
+    out["compute"] = _reports(lambda: {"mean": metric.compute()})
+    return out
+
+
 _OWN_SYNC = "coalesced_sync"
 
 
@@ -172,6 +197,12 @@ def run_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> None
         result["patched"] = _counted_run(counter, rank)
         dist.barrier()
         result["bad"] = _bad_on_rank_one(rank)
+        dist.barrier()
+        result["sync_by_hand"] = _sync_by_hand(rank)
+        dist.barrier()
+        result["coalesced"] = tmpatch.apply().states()[_OWN_SYNC]  # the records ride with the states
+        result["sync_by_hand_coalesced"] = _sync_by_hand(rank)
+        tmpatch.revert()
         dist.barrier()
         if rank == 0:
             tmpatch.apply(exclude=_OWN_SYNC)
@@ -236,6 +267,31 @@ def test_a_nan_and_an_invalid_class_on_one_rank_are_reported_there_without_a_han
             assert first["value"] == second["value"]
         assert later["error"] is None and later["warnings"] == []
     assert len({str(r["bad"]["later"]["value"]) for r in results.values()}) == 1
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_sync_by_hand_gives_the_report_after_its_collectives(world_size, tmp_path_factory):
+    """A user's sync() sends the batch to every rank: the report comes there, once, after the
+    release's collectives (no rank waits), and the raising rank gets its local states back. On
+    the rank that saw the NaN; with coalesced_sync, whose exchange sums the records, on every rank."""
+    results = _job(world_size, tmp_path_factory)
+    spelling = "Encounted" if release_in("<1.2.1") else "Encountered"
+    for rank, result in results.items():
+        assert result["coalesced"] == "applied"
+        for phase in ("sync_by_hand", "sync_by_hand_coalesced"):
+            got = result[phase]
+            raises = rank == 1 or phase == "sync_by_hand_coalesced"
+            if raises:
+                error = got["first"]["error"]
+                assert error is not None and error.startswith(f"{spelling} `nan` values") and "sync()" in error, error
+                assert ("on some rank" in error) == (phase == "sync_by_hand_coalesced"), error
+                assert not got["first"]["synced"]  # unsynced: the local states are back
+            else:
+                assert got["first"] == {"error": None, "synced": True}, (rank, phase, got)
+            assert got["second"] == {"error": None, "synced": True}, (rank, phase, got)
+            assert got["compute"]["error"] is None and got["compute"]["warnings"] == [], (rank, phase, got)
+    for phase in ("sync_by_hand", "sync_by_hand_coalesced"):
+        assert len({str(r[phase]["compute"]["value"]) for r in results.values()}) == 1, phase
 
 
 @pytest.mark.parametrize("world_size", [2, 3])

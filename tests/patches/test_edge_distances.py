@@ -147,6 +147,8 @@ def test_errors_are_the_releases_at_the_next_compute_once(cpu_fast):
     with pytest.raises(ValueError, match=r"^Input x should be binarized \(tmpatch edge_distances: 1 update"):
         metric.compute()
     metric.update(*absent)
+    with pytest.raises(RuntimeError, match=r"tmpatch edge_distances: 1 update.*reported at reset\(\)"):
+        metric.reset()  # the batch would be dropped: its report comes first, once
     metric.reset()  # reset discards it
     metric.update(*good)
     metric.compute()

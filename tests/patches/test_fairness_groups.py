@@ -148,6 +148,8 @@ def test_more_groups_than_num_groups_leaves_the_releases_states_and_raises_at_co
         metric.compute()
     metric.compute()  # reported once
     metric.update(preds, target, groups)
+    with pytest.raises(IndexError, match=r"tmpatch fairness_groups: 2 row\(s\)"):
+        metric.reset()  # the rows would be dropped: their report comes first, once
     metric.reset()
     metric.update(preds[:3], target[:3], groups[:3])
     metric.compute()

@@ -165,8 +165,10 @@ def test_each_check_raises_the_releases_error_at_the_next_compute_once(cpu_fast)
             metric.compute()
         metric.compute()  # reported once
         metric.update(preds, target)
-        metric.reset()  # reset discards it
+        with pytest.raises(ValueError, match=r"tmpatch legacy_dice_checks: 1 upd.*reported at reset\(\)"):
+            metric.reset()  # the batch would be dropped: its report comes first, once
         assert _pending(metric) == 0
+        metric.reset()  # reset discards it
 
 
 def test_functional_api_and_metrics_built_before_apply_raise_in_update():

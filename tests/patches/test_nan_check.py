@@ -40,10 +40,10 @@ ERROR_TEXT = f"{SPELLING} `nan` values in tensor"
 WARN_TEXT = f"{SPELLING} `nan` values in tensor. Will be removed."
 
 
-def _deferred(text: str, name: str, updates: int) -> str:
+def _deferred(text: str, name: str, updates: int, where: str = "compute()") -> str:
     """The deferred report: the release's text, then what tmpatch adds."""
-    return (f"{text} (tmpatch nan_check: {name} saw NaN in {updates} update(s) since the last compute(); "
-            "reported at compute(); TMPATCH_NAN_CHECK=eager reports in update())")
+    return (f"{text} (tmpatch nan_check: {name} saw NaN in {updates} update(s) since the last report; "
+            f"reported at {where}; TMPATCH_NAN_CHECK=eager reports in update())")
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64]
 FINITE = [0.0, 1.0, -2.5, 3.0, 1000.0]
 WEIGHTS = [0.0, 0.5, 1.0, 2.0, 3.0]  # dyadic: sums are exact whatever the order
@@ -507,10 +507,11 @@ def test_warn_once_per_compute_then_afresh():
         metric.compute()  # the record started afresh
         assert len(_messages(seen)) == 1
         metric.update(torch.tensor([NAN]))
-        metric.reset()  # reset clears the record
+        metric.reset()  # the NaN batch is dropped: its warning comes there, once
+        assert _messages(seen)[1:] == [_deferred(WARN_TEXT, "MeanMetric", 1, "reset()")]
         metric.update(torch.tensor([1.0]))
         metric.compute()
-        assert len(_messages(seen)) == 1
+        assert len(_messages(seen)) == 2
 
 
 @pytest.mark.parametrize("cls", [SumMetric, MeanMetric, MaxMetric, MinMetric, CatMetric])
@@ -624,18 +625,24 @@ def test_unknown_subclasses_keep_the_release_code():
         assert float(metric.compute()) == (6.0 if isinstance(metric, Product) else 5.0)
 
 
-def test_the_pending_report_is_no_metric_state_and_stays_with_its_metric():
+def test_the_pending_report_is_no_metric_state_and_goes_before_its_data():
     _apply()
     metric = MeanMetric(nan_strategy="error")
     metric.update(torch.tensor([NAN, 1.0]))
     metric.persistent(True)
+    with pytest.raises(RuntimeError) as raised:  # the data would leave in the state_dict: reported first
+        metric.state_dict()
+    assert str(raised.value) == _deferred(ERROR_TEXT, "MeanMetric", 1, "state_dict()")
     assert sorted(metric.state_dict()) == sorted(metric._defaults) == sorted(name for name in vars(metric)["_defaults"]
                                                                            if not name.startswith("_"))
+    metric.update(torch.tensor([NAN]))
+    with pytest.raises(RuntimeError) as raised:
+        pickle.dumps(metric)
+    assert str(raised.value) == _deferred(ERROR_TEXT, "MeanMetric", 1, "pickling")
     assert b"tmpatch" not in pickle.dumps(metric)
     for twin in (copy.deepcopy(metric), metric.clone()):
         assert float(twin.compute()) == 1.0  # a copy starts with nothing pending
-    with pytest.raises(RuntimeError, match=ERROR_TEXT):
-        metric.compute()
+    metric.compute()
 
 
 def test_the_report_counts_updates_not_elements():

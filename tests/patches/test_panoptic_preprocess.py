@@ -143,6 +143,8 @@ def test_unknown_categories_raise_the_releases_error_at_the_next_compute_once(cp
             metric.compute()
         metric.compute()  # reported once
         metric.update(bad, good)
+        with pytest.raises(ValueError, match=r"^Unknown categories found .*reported at reset\(\)"):
+            metric.reset()  # the batch would be dropped: its report comes first, once
         metric.reset()  # reset discards it
         metric.update(good, good)
         metric.compute()

@@ -153,6 +153,8 @@ def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(
             metric.compute()
         metric.compute()  # reported once
         metric.update(preds, target, indexes=indexes)
+        with pytest.raises(ValueError, match=r"^`target` must contain `binary` values .*reported at reset\(\)"):
+            metric.reset()  # the batch would be dropped: its report comes first, once
         metric.reset()  # reset discards it
         metric.update(preds, torch.tensor([0, 1, 1, 0]), indexes=indexes)
         metric.compute()
@@ -160,7 +162,7 @@ def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(
 
 def test_where_the_releases_compute_checks_the_query_its_error_comes_first():
     """A bad value in a query compute() evaluates: the release's compute raises its own
-    error (the batch is in the states) until reset(); reset() clears the report too."""
+    error (the batch is in the states) until reset(); reset() gives the report first, once."""
     _apply()
     metric = R.RetrievalMAP()
     metric.update(torch.tensor([0.2, 0.7]), torch.tensor([1, 2]), indexes=torch.tensor([0, 0]))
@@ -168,8 +170,10 @@ def test_where_the_releases_compute_checks_the_query_its_error_comes_first():
         with pytest.raises(ValueError, match="^`target` must contain `binary` values$"):
             metric.compute()
     assert deferred.local_records(metric)
-    metric.reset()
+    with pytest.raises(ValueError, match=r"tmpatch retrieval_check: 1 update.*reported at reset\(\)"):
+        metric.reset()
     assert not deferred.local_records(metric)
+    metric.reset()
     metric.update(torch.tensor([0.2, 0.7]), torch.tensor([0, 1]), indexes=torch.tensor([0, 0]))
     assert metric.compute() == 1.0
 

@@ -98,6 +98,8 @@ def test_out_of_domain_input_raises_the_releases_error_at_the_next_compute_once(
             metric.compute()
         metric.compute()  # reported once
         metric.update(*bad)
+        with pytest.raises(ValueError, match=r"tmpatch tweedie_checks: 1 upd.*reported at reset\(\)"):
+            metric.reset()  # the batch would be dropped: its report comes first, once
         metric.reset()  # reset discards it
         assert _pending(metric) == 0
         metric.update(*good)

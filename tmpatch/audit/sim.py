@@ -202,12 +202,15 @@ def copy_modules(fn: Callable[..., Any], args: Any, kwargs: Dict[str, Any]) -> A
     metrics untouched. Each copy keeps its original's own functions (see :func:`_keep_functions`):
     it runs the code the original runs.
     """
+    from tmpatch import deferred
+
     memo: Dict[int, Any] = {}
 
     def dup(value: Any) -> Any:
         if not isinstance(value, torch.nn.Module):
             return value
-        twin = copy.deepcopy(value, memo)
+        with deferred.scope():  # the audit's own copy: the caller's pending reports stay with the caller's metric
+            twin = copy.deepcopy(value, memo)
         _keep_functions(value, twin, memo)
         return twin
 

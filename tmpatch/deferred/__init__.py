@@ -1,5 +1,6 @@
 """Deferred reports: a condition a patch sees during ``update()`` (NaN values, values out
-of range) is counted on the device and reported at the user's next ``compute()``.
+of range) is counted on the device and reported at the user's next ``compute()``, or at
+the first other point where the metric's data leaves it or is dropped.
 
 A check such as ``if torch.isnan(x).any(): warn(...)`` in ``update()`` reads a device
 value on every step. A patch calls :meth:`Record.add` instead: the count stays on the
@@ -17,17 +18,21 @@ The book's rules (the ``deferred_reports`` patch puts them in place):
   sync have finished on every rank, and clears them; a ``compute()`` made inside
   ``forward()``, inside another metric's ``compute()`` or inside a wrapper's
   ``update()`` reports nothing (:func:`internal`);
-* ``reset()`` by the user clears them; a reset torchmetrics makes inside ``forward()``
-  or a wrapper's ``update()`` does not;
-* an exception anywhere leaves them as they are, to be reported at the next
-  ``compute()``; ``revert()`` keeps them too (:func:`detach`).
+* the other settle points report them the same way, once, before the data goes: the
+  user's ``reset()``, ``state_dict()`` (when a metric state is persistent), pickling or
+  copying, ``merge_state()`` (the books of both metrics) and, after it, ``sync()``
+  (:func:`point` names the point for the reporter); a reset torchmetrics makes inside
+  ``forward()`` or a wrapper's ``update()`` reports nothing and keeps them;
+* an exception anywhere leaves them as they are, to be reported at the next settle
+  point; ``revert()`` keeps them for the next ``compute()``, whose layer stays with the
+  metric (:func:`detach`; the other settle points' layers are gone then).
 
 Each rank reports what it saw. The coalesced-sync patch, when it syncs a metric, sums
 the books over ranks in the same buffers as the states (:func:`local_records`,
 :func:`set_synced`); the report then covers every rank.
 
-Here: books and records; ``settling.py``: the report at compute and the forward/reset
-steps around it; ``revert.py``: pending reports across ``revert()``.
+Here: books and records; ``settling.py``: the report at a settle point and the
+forward/reset steps around it; ``revert.py``: pending reports across ``revert()``.
 """
 from __future__ import annotations
 
@@ -201,10 +206,10 @@ Reporter = Callable[[Any, List[Tuple[Any, int]], bool], None]
 
 class Record:
     """One kind of deferred report (``nan``, ``bincount``): counts added during updates,
-    reported by ``reporter(top, [(metric, count), ...], all_ranks)`` at compute, where
-    ``top`` is the metric the user computed and the pairs are the metrics (``top`` or
-    metrics inside it) whose count is not zero; ``all_ranks``: the counts are sums over
-    the ranks of a coalesced sync."""
+    reported by ``reporter(top, [(metric, count), ...], all_ranks)`` at compute (or another
+    settle point, which :func:`point` names), where ``top`` is the metric the user computed
+    (reset, saved, ...) and the pairs are the metrics (``top`` or metrics inside it) whose
+    count is not zero; ``all_ranks``: the counts are sums over the ranks of a coalesced sync."""
 
     def __init__(self, key: str, reporter: Reporter) -> None:
         self.key = key
@@ -275,9 +280,11 @@ def pending_books() -> List[Tuple[Any, Book]]:
 
 # the report at compute() and the pending reports across revert(), in modules of their own
 from tmpatch.deferred.revert import detach, forward_step  # noqa: E402
-from tmpatch.deferred.settling import books_in, clear, count_once, settle, start_compute  # noqa: E402
+from tmpatch.deferred.settling import (  # noqa: E402
+    books_in, clear, count_once, enclosing, pending, point, settle, start_compute,
+)
 
 __all__ = ["AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "Record", "attach", "book_of", "books_in", "clear", "count_once",
-           "detach", "forward_step", "gather", "internal", "is_live", "local_records", "mirror", "moved",
-           "open_book", "pending_books", "scope", "set_synced", "settle", "start_compute", "traced_book",
-           "went_dormant", "went_live"]
+           "detach", "enclosing", "forward_step", "gather", "internal", "is_live", "local_records", "mirror",
+           "moved", "open_book", "pending", "pending_books", "point", "scope", "set_synced", "settle",
+           "start_compute", "traced_book", "went_dormant", "went_live"]

@@ -11,15 +11,22 @@ at the user's next ``compute()`` instead, exactly once (:mod:`tmpatch.deferred`)
 * ``Metric.forward``: the compute and reset torchmetrics makes inside ``forward()``
   report and clear nothing; a forward that runs ``update()`` twice (full-state update)
   counts the batch once;
-* ``Metric.reset``: a reset by the user clears the books;
+* the other settle points, where the data that carries a pending report leaves the metric
+  or is dropped: ``Metric.reset`` by the user (before it), ``Metric.state_dict`` (when a
+  metric state is persistent), ``Metric.__getstate__`` (pickles, ``torch.save``, copies),
+  ``Metric.merge_state`` (1.6.0+: both metrics' books, before) and a user's ``Metric.sync``
+  (after its collectives): each reports the books as compute does, for the outermost
+  wrapper or collection resetting, saving or cloning the metric (:func:`deferred.enclosing`),
+  so that no copy of a state carries data whose report was never given;
 * ``Running.update`` and ``Running.forward``: the base metric's reset inside them keeps
   the books (the report waits for the wrapper's compute);
 * ``MetricCollection.compute``: one report for the collection, after every metric's
   compute (1.0.x: the ``_wrap_compute`` overrides of ClasswiseWrapper, MultioutputWrapper
   and MultitaskWrapper, not yet ``WrapperMetric`` subclasses, get the book layer too).
 
-Releases: 1.0.0-1.9.0 (two implementations of ``forward``, ``reset`` and
-``MetricCollection.compute``, three of ``_wrap_compute``, one of the others).
+Releases: 1.0.0-1.9.0 (two implementations of ``forward``, ``reset``, ``sync``,
+``__getstate__`` and ``MetricCollection.compute``, three of ``_wrap_compute`` and
+``state_dict``, one of the others).
 ``tmpatch.revert()`` keeps pending reports: the compute layer stays with the metrics
 built while applied (:func:`deferred.detach`).
 """
@@ -30,6 +37,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tmpatch import deferred
+from tmpatch.compiled import compiling
 from tmpatch.spec import DEFERRED, Label, Patch, Target, Variant, since, span
 
 
@@ -84,14 +92,106 @@ def _build_forward(module: ModuleType) -> Callable[..., Any]:
     return forward
 
 
+def _users() -> bool:
+    """Whether a settle point is the user's own call: not torchmetrics' (inside forward(), a
+    compute(), a wrapper's update()), and not traced by torch.compile (a read there is a graph
+    break, and the internal scope of a wrapper's update is lost across one: the report waits
+    for the next settle point outside the compiled code)."""
+    return not deferred.internal() and not compiling()
+
+
+def _settle_at(metric: Any, where: str) -> None:
+    """Report what ``metric`` and the metrics inside it hold, at a settle point other than
+    compute: totals of an earlier sync (a forward's) are forgotten first, as at compute."""
+    if deferred.pending(metric):
+        deferred.start_compute(metric)
+        deferred.settle(metric, where)
+
+
 def _build_reset(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.reset`` by the user: the report first (its data is about to be dropped), for
+    the outermost wrapper or collection resetting the metric (once for all its members)."""
+
     def reset(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(self, *args, **kwargs)
-        if not deferred.internal():
-            deferred.clear(self)
-        return result
+        if _users():
+            _settle_at(deferred.enclosing(self, _RESETS), "reset()")
+        return original(self, *args, **kwargs)
 
     return reset
+
+
+#: the methods of torchmetrics' wrappers and collections that reset the metrics inside them
+_RESETS = ("reset", "reset_all")
+
+
+def _persists(metric: Any) -> bool:
+    """Whether ``metric``'s state_dict holds a metric state (of it or of a metric inside it)."""
+    modules = metric.modules() if hasattr(metric, "modules") else (metric,)
+    return any(any(getattr(inner, "_persistent", {}).values()) for inner in modules)
+
+
+def _build_state_dict(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.state_dict``: the report first, when the state_dict carries a metric state
+    (``persistent(True)``); for the outermost collection or wrapper taking it."""
+
+    def state_dict(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _users() and deferred.pending(self):
+            top = deferred.enclosing(self, ("state_dict",))
+            if _persists(top):
+                _settle_at(top, "state_dict()")
+        return original(self, *args, **kwargs)
+
+    return state_dict
+
+
+def _build_getstate(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.__getstate__`` (pickle, ``torch.save``, ``copy``, ``clone()``): the report first."""
+
+    def __getstate__(original: Callable, self: Any) -> Any:
+        if _users() and deferred.pending(self):
+            _settle_at(deferred.enclosing(self, ("clone",)), "pickling")
+        return original(self)
+
+    return __getstate__
+
+
+def _build_merge_state(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.merge_state`` (1.6.0+): the reports of the incoming metric, then of this one,
+    before any state moves."""
+    metric_class = module.Metric
+
+    def merge_state(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _users():
+            incoming = args[0] if args else kwargs.get("incoming_state")
+            if isinstance(incoming, metric_class):
+                _settle_at(incoming, "merge_state()")
+            _settle_at(self, "merge_state()")
+        return original(self, *args, **kwargs)
+
+    return merge_state
+
+
+def _build_sync(module: ModuleType) -> Callable[..., Any]:
+    """``Metric.sync`` by the user: the report once the sync is done on every rank (a report
+    before it would leave the other ranks waiting in its collectives); with
+    ``coalesced_sync`` it covers every rank. A raise puts the local states back (``unsync``)."""
+
+    def sync(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _users():
+            return original(self, *args, **kwargs)
+        was = getattr(self, "_is_synced", False)
+        if deferred.pending(self):
+            deferred.start_compute(self)  # totals of an earlier sync (a forward's) are not this one's
+        result = original(self, *args, **kwargs)
+        if getattr(self, "_is_synced", False) and not was and deferred.pending(self):
+            try:
+                deferred.settle(self, "sync()")
+            except BaseException:
+                self.unsync()
+                raise
+        return result
+
+    return sync
 
 
 def _build_apply(module: ModuleType) -> Callable[..., Any]:
@@ -143,8 +243,9 @@ PATCH = Patch(
     after_apply=deferred.went_live,
     after_revert=deferred.went_dormant,
     upstream="tmpatch's own: makes the deferred reports of other patches exact",
-    changes="a NaN or out-of-range report comes at compute(), once, on the rank that saw it "
-            "(on every rank with coalesced_sync); clones and pickles carry no pending report",
+    changes="a NaN or out-of-range report comes at compute(), or where the data leaves the metric first "
+            "(reset, state_dict, pickle/copy, merge_state, sync), once, on the rank that saw it (on every rank "
+            "with coalesced_sync); copies carry no pending report",
     labels=(
         Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
               file="tmpatch/deferred/settling.py"),
@@ -210,6 +311,37 @@ PATCH = Patch(
             variants=(
                 Variant(span("1.0.0", "1.3.2"), "718dd05530d14777", _build_reset),
                 Variant(span("1.4.0", "1.9.0"), "26a400138ffbd9ed", _build_reset),
+            ),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric.state_dict",
+            variants=(
+                Variant(span("1.0.0", "1.3.1"), "053d8e2020a77d7a", _build_state_dict),
+                Variant(span("1.3.2", "1.5.2"), "c0f248a8c69ecc78", _build_state_dict),
+                Variant(span("1.6.0", "1.9.0"), "4c5aff2dc41d2932", _build_state_dict),
+            ),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric.__getstate__",
+            variants=(
+                Variant(span("1.0.0", "1.5.2"), "af232a93d4f8018a", _build_getstate),
+                Variant(span("1.6.0", "1.9.0"), "ed346df0a94f210f", _build_getstate),
+            ),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric.merge_state",
+            variants=(Variant(span("1.6.0", "1.9.0"), "ebcfbc83b19d5368", _build_merge_state),),
+            present=since("1.6.0"),
+        ),
+        Target(
+            module=_METRIC,
+            qualname="Metric.sync",
+            variants=(
+                Variant(span("1.0.0", "1.3.2"), "11501a2cfbe5730e", _build_sync),
+                Variant(span("1.4.0", "1.9.0"), "00416aa799a99c1b", _build_sync),
             ),
         ),
         Target(

@@ -56,7 +56,7 @@ from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, 
 #: on the CPU, read the binarized check at once (free there) and count failing updates only
 CPU_FAST = True
 
-_NOTE = ("reported at compute() instead of in update(). Unlike without tmpatch, those batches were added to the "
+_NOTE = ("reported at {point} instead of in update(). Unlike without tmpatch, those batches were added to the "
          "metric's states: reset() discards them. Exclude the edge_distances patch to have the error raised in "
          "update())")
 
@@ -69,7 +69,8 @@ def _count(found: List[Tuple[Any, int]], top: Any, all_ranks: bool) -> str:
 
 def _binarized(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     raise ValueError(f"Input x should be binarized (tmpatch edge_distances: {_count(found, top, all_ranks)} since "
-                     f"the last compute() had masks with values other than 0 and 1; {_NOTE}")
+                     "the last report had masks with values other than 0 and 1; "
+                     f"{_NOTE.format(point=deferred.point())}")
 
 
 def _empty(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
@@ -81,8 +82,8 @@ def _empty(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     except RuntimeError as exc:
         message = str(exc)
     raise RuntimeError(f"{message} (tmpatch edge_distances: {_count(found, top, all_ranks)} since the last "
-                       f"compute() had a sample and class with both masks empty, where the release takes the maximum "
-                       f"of no distances; {_NOTE}")
+                       f"report had a sample and class with both masks empty, where the release takes the maximum "
+                       f"of no distances; {_NOTE.format(point=deferred.point())}")
 
 
 BINARIZED = deferred.Record("edge_distances:binarized", _binarized)

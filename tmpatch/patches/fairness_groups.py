@@ -52,7 +52,7 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     name = type(top).__name__ + (f" ({', '.join(names)} inside)" if names else "")
     where = " on some rank" if all_ranks else ""
     raise IndexError(
-        f"tmpatch fairness_groups: {count} row(s) seen by update() of {name}{where} since the last compute() "
+        f"tmpatch fairness_groups: {count} row(s) seen by update() of {name}{where} since the last report "
         f"belonged to groups beyond num_groups={', '.join(map(str, groups))} (a batch had more distinct group "
         "ids than num_groups) and were left out of the counts. Without tmpatch, update() would have raised "
         "IndexError (index out of bounds) after adding the first num_groups groups. Group ids should be "

@@ -65,7 +65,8 @@ def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
         where = " on some rank" if all_ranks else ""
         raise ValueError(
             f"{MESSAGES[key]} (tmpatch legacy_dice_checks: {count} update(s) of {type(top).__name__}{where} since the "
-            "last compute() failed this check; reported at compute() instead of in update(). Unlike without tmpatch, "
+            f"last report failed this check; reported at {deferred.point()} instead of in update(). Unlike without "
+            "tmpatch, "
             "those batches were added to the metric's states, labels outside the classes clamped: reset() discards "
             "them. Exclude the legacy_dice_checks patch to have the error raised in update())"
         )

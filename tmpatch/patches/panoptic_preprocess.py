@@ -65,7 +65,8 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     where = " on some rank" if all_ranks else ""
     raise ValueError(
         f"Unknown categories found (tmpatch panoptic_preprocess: {count} update(s) of {name}{where} since the last "
-        "compute() had `preds` with category ids in neither `things` nor `stuffs`; reported at compute() instead of "
+        f"report had `preds` with category ids in neither `things` nor `stuffs`; reported at {deferred.point()} "
+        "instead of "
         "in update(). Unlike without tmpatch, those batches were added to the metric's states, the unknown pixels "
         "counted as void, as with allow_unknown_preds_category=True: reset() discards them. Exclude the "
         "panoptic_preprocess patch to have the error raised in update())"

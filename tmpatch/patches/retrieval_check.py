@@ -55,8 +55,8 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     name = type(top).__name__ + (f" ({', '.join(names)} inside)" if names else "")
     where = " on some rank" if all_ranks else ""
     raise ValueError(
-        f"{MESSAGE} (tmpatch retrieval_check: {count} update(s) of {name}{where} since the last compute() had a "
-        "`target` with values outside [0, 1]; reported at compute() instead of in update(). Unlike without "
+        f"{MESSAGE} (tmpatch retrieval_check: {count} update(s) of {name}{where} since the last report had a "
+        f"`target` with values outside [0, 1]; reported at {deferred.point()} instead of in update(). Unlike without "
         "tmpatch, those batches were added to the metric's states: reset() discards them. Exclude the "
         "retrieval_check patch to have the error raised in update())"
     )

@@ -49,8 +49,8 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     count = sum(n for _, n in found)
     where = " on some rank" if all_ranks else ""
     raise torch.linalg.LinAlgError(
-        f"{MESSAGE} (tmpatch sdr_solve: {count} update(s) of {type(top).__name__}{where} since the last compute() "
-        "met a singular system; reported at compute() instead of in update(). Unlike without tmpatch, those "
+        f"{MESSAGE} (tmpatch sdr_solve: {count} update(s) of {type(top).__name__}{where} since the last report "
+        f"met a singular system; reported at {deferred.point()} instead of in update(). Unlike without tmpatch, those "
         "batches were added to the metric's states: reset() discards them. Exclude the sdr_solve patch to have "
         "the error raised in update())"
     )

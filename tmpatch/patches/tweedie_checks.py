@@ -54,7 +54,7 @@ def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
         where = " on some rank" if all_ranks else ""
         raise ValueError(
             f"For power={power}, {MESSAGES[key]} (tmpatch tweedie_checks: {count} update(s) of {type(top).__name__}"
-            f"{where} since the last compute() failed this check; reported at compute() instead of in update(). "
+            f"{where} since the last report failed this check; reported at {deferred.point()} instead of in update(). "
             "Unlike without tmpatch, those batches were added to the metric's states (their deviance is NaN or "
             "infinite): reset() discards them. Exclude the tweedie_checks patch to have the error raised in update())"
         )

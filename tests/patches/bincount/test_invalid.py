@@ -170,7 +170,7 @@ def test_issue_12_multilabel_example():
     assert metric.confmat.tolist() == [[[0, 0], [0, 1]], [[1, 0], [0, 1]]]  # label 1: no false positive
 
 
-def test_reported_once_then_afresh_and_reset_clears():
+def test_reported_once_then_afresh_and_reset_reports_first():
     cases.apply()
     metric = cls.MulticlassAccuracy(num_classes=5, validate_args=False)
     preds = torch.tensor([0, 1, 2, 3, 4, 0])
@@ -181,6 +181,8 @@ def test_reported_once_then_afresh_and_reset_clears():
     assert cases.message_count(str(raised.value)) == 2 and "MulticlassAccuracy" in str(raised.value)
     assert metric.compute().item() == 1.0  # the valid positions, all right
     metric.update(preds, torch.tensor([9, 1, 2, 3, 4, 0]))
+    with pytest.raises(RuntimeError, match=r"^tmpatch bincount: 1 value\(s\).*Reported at reset\(\)"):
+        metric.reset()  # the batch would be dropped unreported: the report comes first
     metric.reset()
     metric.update(preds, torch.tensor([0, 1, 2, 3, 4, 0]))
     assert metric.compute().item() == 1.0
@@ -262,3 +264,33 @@ def test_metrics_built_before_apply_and_functional_calls_are_the_releases():
     early.reset()
     early.update(torch.tensor([0, 1]), torch.tensor([0, 1]))
     assert early.compute().item() == 1.0
+
+
+#: where the release does not fail in update() on a target outside the classes but counts it
+#: (in the wrong cells): name -> (builder, preds, target with one invalid value)
+SILENT_UPSTREAM = {
+    "MultilabelConfusionMatrix": (lambda: cls.MultilabelConfusionMatrix(3, validate_args=False),
+                                  torch.tensor([[1, 0, 1]]), torch.tensor([[2, 0, 1]])),
+    "MultilabelPrecisionRecallCurve": (lambda: cls.MultilabelPrecisionRecallCurve(3, thresholds=5, validate_args=False),
+                                       torch.tensor([[0.9, 0.1, 0.8]]), torch.tensor([[2, 0, 1]])),
+    "MultilabelAUROC": (lambda: cls.MultilabelAUROC(3, thresholds=5, validate_args=False),
+                        torch.tensor([[0.9, 0.1, 0.8]]), torch.tensor([[2, 0, 1]])),
+    "MulticlassAccuracy-micro": (lambda: cls.MulticlassAccuracy(3, average="micro", validate_args=False),
+                                 torch.tensor([0, 1, 2]), torch.tensor([0, 3, 2])),
+    "MulticlassPrecision-micro": (lambda: cls.MulticlassPrecision(3, average="micro", validate_args=False),
+                                  torch.tensor([0, 1, 2]), torch.tensor([0, 3, 2])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SILENT_UPSTREAM))
+def test_where_upstream_counts_an_invalid_target_silently_the_report_is_a_correction(name):
+    """README (bincount): the release does not always fail in update(); for these it returns a
+    value that counted the invalid target. Patched, the report comes at compute() as elsewhere."""
+    build, preds, target = SILENT_UPSTREAM[name]
+    metric = build()
+    metric.update(preds, target)  # the release: no error
+    assert not isinstance(cases.outcome(metric), str)
+    cases.apply()
+    metric = build()
+    metric.update(preds, target)
+    assert cases.outcome(metric).startswith(f"RuntimeError: {MESSAGE}1 value(s)")

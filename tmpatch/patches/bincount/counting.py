@@ -15,11 +15,11 @@ from tmpatch.compiled import ContextSlot, compiling
 from tmpatch.spec import gated
 
 MESSAGE = (
-    "tmpatch bincount: {count} value(s) seen by update() since the last compute() of {name} were not valid "
+    "tmpatch bincount: {count} value(s) seen by update() since the last report of {name} were not valid "
     "classes ({what}) and were left out of the counts. Without tmpatch, update() would have raised, or counted "
     "them in the wrong cells. Check `target` and label `preds`: classes in [0, num_classes) for multiclass "
     "metrics, 0 or 1 for binary and multilabel ones (values equal to `ignore_index` excepted). "
-    "TMPATCH_BINCOUNT=eager gives the release's behaviour in update()."
+    "Reported at {point}. TMPATCH_BINCOUNT=eager gives the release's behaviour in update()."
 )
 
 
@@ -29,7 +29,7 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     name = type(top).__name__ + (f" ({', '.join(n for n in names if n != type(top).__name__)} inside)"
                                  if any(n != type(top).__name__ for n in names) else "")
     where = "over all ranks" if all_ranks else "on this rank"
-    raise RuntimeError(MESSAGE.format(count=count, name=name, what=where))
+    raise RuntimeError(MESSAGE.format(count=count, name=name, what=where, point=deferred.point()))
 
 
 #: values outside the valid classes, counted during updates, reported at compute

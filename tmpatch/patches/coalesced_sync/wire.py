@@ -185,11 +185,38 @@ def _check_structure(metas: List[Dict[str, Any]]) -> None:
         releases = "" if meta["t"] == first["t"] else f"; rank {peer} runs torchmetrics {meta['t']}, rank 0 {first['t']}"
         raise CoalescedSyncError(
             f"tmpatch coalesced_sync: the ranks hold different states to sync: item {index} is {say(theirs)} on "
-            f"rank {peer} but {say(reference)} on rank 0{releases}. A rank whose list state is empty sends an "
-            "empty float tensor (torchmetrics 1.4.0+) or nothing (before 1.4.0), which torchmetrics cannot gather "
-            "together with other ranks' data of another dtype or number of dimensions (gloo aborts the process "
-            "there); feed every rank at least one batch, or give the state the default dtype and one dimension"
+            f"rank {peer} but {say(reference)} on rank 0{releases}. {_cause(first, meta, index)}"
         )
+
+
+def _cause(first: Dict[str, Any], meta: Dict[str, Any], index: int) -> str:
+    """Why item ``index`` of two ranks' states differs, as far as the metadata tells, and what to do."""
+    def item(one: Dict[str, Any]) -> Any:
+        return one["e"][index] if index < len(one["e"]) else None
+
+    def state(entry: List[Any]) -> Tuple[int, str]:
+        return entry[0], entry[1].split("[", 1)[0]  # a list state not reduced by cat: "attr[i]"
+
+    pair = (item(first), item(meta))
+    if any(entry is not None and one["b"][entry[2]][1] == [0] for one, entry in zip((first, meta), pair)):
+        return ("A rank whose list state is empty sends an empty float tensor (torchmetrics 1.4.0+ with torch 2.1+), "
+                "which torchmetrics cannot gather together with other ranks' data of another dtype or number of "
+                "dimensions (gloo aborts the process there); feed every rank at least one batch, or give the state "
+                "the default dtype and one dimension")
+    held = [{state(entry) for entry in one["e"]} for one in (first, meta)]
+    if any(entry is not None and state(entry) not in held[1 - side] for side, entry in enumerate(pair)):
+        return ("A state is sent by one rank only: a rank whose list state is empty sends nothing for it (before "
+                "torchmetrics 1.4.0, or a list not reduced by `cat`), and the ranks' collectives would go out of "
+                "step; feed every rank at least one batch. Otherwise the ranks run different metric code (classes, "
+                "arguments or releases)")
+    if any(entry is not None and "[" in entry[1] for entry in pair):
+        return ("A list state not reduced by `cat` is gathered element by element: torchmetrics cannot gather lists "
+                "of different lengths on different ranks; give it the same length on every rank")
+    if pair[0] is not None and pair[1] is not None and pair[0][1] == pair[1][1]:
+        return ("torchmetrics gathers a state as data of one dtype and number of dimensions on every rank (it "
+                "would reinterpret a same-size dtype silently); give the state the same dtype and number of "
+                "dimensions on every rank")
+    return "The ranks run different metric code (classes, arguments or releases): run the same code on every rank"
 
 
 def _pieces(request: Request, meta_bytes: bytes, device: Any) -> Tuple[List[Any], int]:

@@ -52,7 +52,7 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
         if not count:
             continue
         note = (f" (tmpatch nan_check: {_describe(top, found)} saw NaN{where} in {count} update(s) since the last "
-                "compute(); reported at compute(); TMPATCH_NAN_CHECK=eager reports in update())")
+                f"report; reported at {deferred.point()}; TMPATCH_NAN_CHECK=eager reports in update())")
         if strategy == "error":
             raise RuntimeError(release.error + note)
         if all_ranks:
