@@ -11,7 +11,7 @@ import logging
 import sys
 import types
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
 from tmpatch import cache, compiled, gating, selection, settings
@@ -34,7 +34,8 @@ class TmpatchWarning(UserWarning):
 
 _engine = Engine()
 _rows: Dict[str, Tuple[str, str]] = {}  # name -> (state, reason)
-_held: Dict[Tuple[str, str], Dict[str, Variant]] = {}  # target key -> applied patch -> its variant
+#: target key -> applied patch -> its variant and built piece (``gating.build``)
+_held: Dict[Tuple[str, str], Dict[str, Tuple[Variant, Optional[Callable[..., Any]]]]] = {}
 _pending: Set[str] = set()
 _warned_missing = False
 
@@ -60,11 +61,14 @@ def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
     return gating.recognise(patch, catalogue.release(), lambda target: _engine.original(_key(target)))
 
 
-def _joined(key: Tuple[str, str], module: Any, holders: Dict[str, Variant]) -> Callable[..., Any]:
+Held = Dict[str, Tuple[Variant, Optional[Callable[..., Any]]]]
+
+
+def _joined(key: Tuple[str, str], module: Any, holders: Held) -> Callable[..., Any]:
     return gating.joined(_engine.original(key), module, list(holders.values()))
 
 
-def _holders(key: Tuple[str, str]) -> Dict[str, Variant]:
+def _holders(key: Tuple[str, str]) -> Held:
     """The applied patches that hold the target ``key`` (several only for edits), in catalogue order."""
     held = _held.get(key, {})
     return {name: held[name] for name in catalogue.NAMES if name in held}
@@ -75,27 +79,71 @@ def _put(target: Target, patch: Patch, variant: Variant, sweep: bool) -> None:
     hold it already (edits applied together, wrappers around them)."""
     key = _key(target)
     module = sys.modules[target.module]
-    joined = {**_holders(key), patch.name: variant}
+    part = (variant, gating.build(variant, module))
+    joined = {**_holders(key), patch.name: part}
     replacement = _joined(key, module, {name: joined[name] for name in catalogue.NAMES if name in joined})
     layer = _engine.layer(key)
     if layer is not None and layer.active:
         _engine.swap(key, replacement)
     else:
         _engine.install(key, replacement, method="." in target.qualname, scope=_scope(target), sweep=sweep)
-    _held.setdefault(key, {})[patch.name] = variant
+    _held.setdefault(key, {})[patch.name] = part
 
 
-def _take(target: Target, patch: Patch) -> str:
-    """Remove ``patch``'s part of ``target``: the layer goes with its last holder."""
+def _take(target: Target, patch: Patch, dropped: Dict[str, str]) -> str:
+    """Remove ``patch``'s part of ``target``: the layer goes with its last holder. Never
+    raises: the other holders' replacement is joined from their pieces as built when they
+    were applied (no builder runs, nothing installed now is read); should that still fail,
+    the layer goes too and each of them is put in ``dropped``, with why (:func:`_drop`).
+    Returns what had to be left in place, if anything."""
     key = _key(target)
     held = _held.get(key, {})
     if held.pop(patch.name, None) is None:
         return ""  # recognised only (a fixed variant), or never installed: nothing of this patch there
     rest = _holders(key)
     if rest:
-        _engine.swap(key, _joined(key, sys.modules[target.module], rest))
-        return ""
+        try:
+            _engine.swap(key, _joined(key, sys.modules[target.module], rest))
+            return ""
+        except Exception as exc:  # noqa: BLE001 - a removal never fails half-way
+            why = f"{target.path} could not be rebuilt without {patch.name} ({type(exc).__name__}: {exc})"
+            log.warning("tmpatch: %s; %s go with it", why, ", ".join(rest))
+            held.clear()
+            for name in rest:
+                dropped.setdefault(name, why)
     return _engine.remove(key, scope=_scope(target))
+
+
+def _withdraw(patch: Patch, dropped: Dict[str, str]) -> str:
+    """Take every part of ``patch`` out (:func:`_take`, ``after_revert``); never raises.
+    Returns the row's reason."""
+    notes = []
+    for target in _here(patch):
+        before = set(dropped)
+        residue = _take(target, patch, dropped)
+        if residue:
+            notes.append(residue)
+        lost = [name for name in dropped if name not in before]
+        if lost:
+            notes.append(f"{', '.join(lost)} could not keep {target.path} without it: reverted too")
+    if patch.after_revert is not None:
+        try:
+            patch.after_revert()
+        except Exception as exc:  # noqa: BLE001
+            log.exception("tmpatch: %s: after_revert failed", patch.name)
+            notes.append(f"after_revert failed ({type(exc).__name__}: {exc})")
+    return "; ".join(notes) or "originals restored"
+
+
+def _drop(dropped: Dict[str, str]) -> None:
+    """A patch is in place whole or not at all: the patches that lost a target they shared
+    with one taken out (:func:`_take`) are taken out too, their rows failed and saying why."""
+    while dropped:
+        name = next(n for n in catalogue.NAMES if n in dropped)
+        why = dropped.pop(name)
+        if _is_applied(name):
+            note = _withdraw(catalogue.load(name), dropped)
+            _rows[name] = (State.FAILED, f"{why}; {name} taken out whole: {note}")
 
 
 def _install(patch: Patch, sweep: bool) -> None:
@@ -109,8 +157,10 @@ def _install(patch: Patch, sweep: bool) -> None:
                 _put(target, patch, variant, sweep)
                 done.append(target)
         except Exception as exc:  # noqa: BLE001 - a patch must never break the program
+            dropped: Dict[str, str] = {}
             for target in done:
-                _take(target, patch)
+                _take(target, patch, dropped)
+            _drop(dropped)
             state, reason = State.FAILED, f"{type(exc).__name__}: {exc}; original left in place"
     if state == State.APPLIED:
         compiled.prepare(_engine.arm)  # what the patches' compiled paths need of torch (once; cheap after)
@@ -239,10 +289,14 @@ def revert(patches: Names = None) -> Report:
     Every reference tmpatch rebound points at the original object again and
     hooks are disarmed. A layer another tool wrapped on top of tmpatch's is
     never unwrapped: tmpatch's own layer then stays as a pass-through and the
-    row's reason says so. ``apply()`` works again afterwards.
+    row's reason says so. Nothing another tool installed (a mock, a wrapper) makes it
+    raise or stop half-way: a patch that shares a target with a reverted one and cannot
+    keep it alone is taken out too, its row failed and naming the target.
+    ``apply()`` works again afterwards.
     """
     chosen = selection.names(patches, "tmpatch.revert(patches=...)")
     with _engine.lock, _engine.batch():
+        dropped: Dict[str, str] = {}
         for name in catalogue.NAMES:
             if chosen is not None and name not in chosen:
                 continue
@@ -250,14 +304,10 @@ def revert(patches: Names = None) -> Report:
                 _pending.discard(name)
                 _rows[name] = (State.REVERTED, "reverted before torchmetrics was imported")
             elif _is_applied(name):
-                patch = catalogue.load(name)
-                residue = [_take(t, patch) for t in _here(patch)]
-                if patch.after_revert is not None:
-                    patch.after_revert()
-                note = "; ".join(r for r in residue if r)
-                _rows[name] = (State.REVERTED, note or "originals restored")
+                _rows[name] = (State.REVERTED, _withdraw(catalogue.load(name), dropped))
             elif name in _rows and _rows[name][0] != State.REVERTED:
                 del _rows[name]  # not-needed, mismatch, excluded ...: nothing of tmpatch is left
+        _drop(dropped)
         _disarm_unused()
         return status()
 

@@ -158,7 +158,9 @@ class Engine:
         return found
 
     def remove(self, key: Key, *, scope: str) -> str:
-        """Put the original back everywhere; return what had to be left, if anything."""
+        """Put the original back everywhere; return what had to be left, if anything.
+        Never raises: a place that cannot be restored keeps the layer, inactive (it calls
+        the original), and is named in the returned text."""
         layer = self._layers.get(key)
         if layer is None or not layer.active:
             return ""
@@ -166,16 +168,24 @@ class Engine:
         notes: List[str] = []
         places = list(layer.places)
         known = {(id(p.holder), p.kind, p.slot) for p in places}
-        for place in find_references({id(layer.wrapper): layer.wrapper}, scope, self._index):
-            if (id(place.holder), place.kind, place.slot) not in known:
-                places.append(place)
+        try:
+            for place in find_references({id(layer.wrapper): layer.wrapper}, scope, self._index):
+                if (id(place.holder), place.kind, place.slot) not in known:
+                    places.append(place)
+        except Exception as exc:  # noqa: BLE001 - a module that cannot be looked through
+            notes.append(f"the look for other references failed ({type(exc).__name__}: {exc}); "
+                         "any left there pass through to the original")
         for place in places:
             try:
                 current = place.get()
             except Exception:  # noqa: BLE001 - the holder changed shape; nothing of ours there
                 continue
             if current is layer.wrapper:
-                place.set(layer.original)
+                try:
+                    place.set(layer.original)
+                except Exception as exc:  # noqa: BLE001 - a holder that refuses: the rest still go back
+                    notes.append(f"{place.describe()} refused the original ({type(exc).__name__}: {exc}); "
+                                 "tmpatch's layer is left there as a pass-through")
             elif any(obj is layer.wrapper for obj in _chain(current)):
                 notes.append(
                     f"{place.describe()} is wrapped on top of tmpatch by {type(current).__name__}; "

@@ -105,13 +105,24 @@ def _around(wrapper: Callable[..., Any], inner: Optional[Callable[..., Any]]) ->
     return joined
 
 
-def joined(original: Callable[..., Any], module: Any, variants: Sequence[Variant]) -> Callable[..., Any]:
-    """One replacement for every variant that holds one target (in catalogue order): the
-    edits applied together to ``original``, then the wrappers around it, the first outermost."""
-    edits = [v.build for v in variants if isinstance(v.build, Rewrite)]
+def build(variant: Variant, module: Any) -> Optional[Callable[..., Any]]:
+    """A wrapping variant's piece of a joined replacement, built once (None for an edit:
+    edits are joined from the original each time, :func:`joined`)."""
+    if isinstance(variant.build, Rewrite) or variant.build is None:
+        return None
+    return variant.build(module)
+
+
+def joined(original: Callable[..., Any], module: Any,
+           parts: Sequence[Tuple[Variant, Optional[Callable[..., Any]]]]) -> Callable[..., Any]:
+    """One replacement for every variant that holds one target (in catalogue order), each
+    with its piece (:func:`build`; built when its patch was applied, so a change of holders
+    calls no builder of the others): the edits applied together to ``original``, then the
+    wrappers around it, the first outermost."""
+    edits = [v.build for v, _ in parts if isinstance(v.build, Rewrite)]
     inner = rewrite.replacement(original, module, edits) if edits else None
-    for variant in reversed([v for v in variants if not isinstance(v.build, Rewrite)]):
-        assert variant.build is not None
-        inner = _around(variant.build(module), inner)
+    for variant, piece in reversed([part for part in parts if not isinstance(part[0].build, Rewrite)]):
+        assert piece is not None, variant
+        inner = _around(piece, inner)
     assert inner is not None
     return inner

@@ -1,0 +1,168 @@
+"""apply / revert / status under adversarial use, on every release of the matrix.
+
+* revert() while a DDP test's mock holds ``gather_all_tensors`` or ``Metric._sync_dist``
+  (and a rebuild or a rebinding that fails): it never raises, never stops half-way, and
+  status() says what each target holds;
+* ``os.fork()`` while another thread is inside apply()/revert(): the child is not stuck;
+* apply() before torchmetrics is imported, then revert(): no default argument keeps
+  tmpatch's wrapper;
+* the inspection API on objects with odd attributes, and an unknown name in status().
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import types
+from typing import List, Set, Tuple
+from unittest import mock
+
+import pytest
+
+import tmpatch
+from tmpatch import api, gating
+from tmpatch import patches as catalogue
+from tmpatch.fingerprint import fingerprint
+from tmpatch.references import resolve
+from tests.conftest import release_in, run_python, torch_at_least
+
+import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
+
+needs_torch_2_5 = pytest.mark.skipif(not torch_at_least(2, 5), reason="coalesced_sync needs torch 2.5 or later")
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
+
+
+# -- what status() says against what each target holds ------------------------------------------
+def _installed(name: str) -> List[Tuple[str, str]]:
+    """The targets of ``name`` that apply() wraps on this release (modules loaded, code to repair)."""
+    keys = []
+    for target in gating.here(catalogue.load(name), catalogue.release()):
+        if target.module not in sys.modules:
+            continue
+        variant = target.variant_for(fingerprint(tmpatch.get_original(resolve(target.module, target.qualname)[2])))
+        if variant is not None and not variant.fixed:
+            keys.append((target.module, target.qualname))
+    return keys
+
+
+def assert_truthful(report) -> None:
+    """Each applied patch's targets hold its active layer; no other target holds one."""
+    applied = [row.name for row in report if row.state == "applied"]
+    held: Set[Tuple[str, str]] = {key for name in applied for key in _installed(name)}
+    wrong = [f"{name}: {'.'.join(key)} not patched" for name in applied for key in _installed(name)
+             if not tmpatch.is_patched(resolve(*key)[2])]
+    for row in report:
+        if row.state == "applied" or row.state == "pending":
+            continue
+        wrong += [f"{row.name} ({row.state}): {'.'.join(key)} still patched" for key in _installed(row.name)
+                  if key not in held and tmpatch.is_patched(resolve(*key)[2])]
+    assert wrong == [], wrong
+
+
+def _applied_everything():
+    report = tmpatch.apply()
+    applied = [row.name for row in report if row.state == "applied"]
+    assert "deferred_reports" in applied
+    return applied
+
+
+def _mock_gather():
+    return mock.patch("torchmetrics.utilities.distributed.gather_all_tensors", autospec=True)
+
+
+def _mock_sync_dist():
+    return mock.patch.object(torchmetrics.Metric, "_sync_dist", lambda self, *args, **kwargs: None)
+
+
+# -- revert under a DDP test's mocks, and places that refuse ----------------------------------------
+@needs_torch_2_5
+@pytest.mark.parametrize("mocked", [_mock_gather, _mock_sync_dist], ids=["gather_all_tensors", "sync_dist_lambda"])
+def test_revert_under_a_mock_restores_every_patch(mocked):
+    """deferred_reports' removal from MetricCollection.compute (shared with coalesced_sync)
+    rebuilt coalesced_sync's replacement, which fingerprinted the mock: FingerprintError (a
+    lambda: SyntaxError or KeyError), deferred_reports half-reverted, status() saying applied."""
+    applied = _applied_everything()
+    with mocked():
+        report = tmpatch.revert()
+    assert {name: report[name].state for name in applied} == {name: "reverted" for name in applied}
+    assert_truthful(tmpatch.status())
+    assert tmpatch.apply()["coalesced_sync"].state == "applied"  # and it comes back
+    assert_truthful(tmpatch.status())
+
+
+@needs_torch_2_5
+def test_reverting_deferred_reports_alone_under_a_mock_keeps_the_others_whole():
+    applied = _applied_everything()
+    with _mock_gather():
+        report = tmpatch.revert(["deferred_reports"])
+    assert report["deferred_reports"].state == "reverted"
+    assert report["coalesced_sync"].state == "applied"  # its joined replacement is made of pieces built at apply
+    assert {n: report[n].state for n in applied if n != "deferred_reports"} == \
+        {n: "applied" for n in applied if n != "deferred_reports"}
+    assert_truthful(tmpatch.status())
+
+
+@needs_torch_2_5
+def test_a_shared_target_that_cannot_be_rebuilt_takes_its_other_patch_out_and_says_so(monkeypatch):
+    """Should the joined replacement of the patches left on a shared target fail after all, the
+    layer goes, and so does each of those patches (a patch is whole or not at all): status names
+    the target and why."""
+    from torchmetrics import Metric, MetricCollection
+
+    originals = vars(Metric)["_sync_dist"], vars(MetricCollection)["compute"]
+    report = tmpatch.apply(["deferred_reports", "coalesced_sync"])
+    assert report["coalesced_sync"].state == "applied"
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cannot join")
+
+    monkeypatch.setattr(gating, "joined", refuse)
+    report = tmpatch.revert(["deferred_reports"])
+    row = report["coalesced_sync"]
+    assert row.state == "failed", row
+    assert "torchmetrics.collections.MetricCollection.compute could not be rebuilt without deferred_reports " \
+           "(RuntimeError: cannot join)" in row.reason, row.reason
+    assert report["deferred_reports"].state == "reverted"
+    assert "coalesced_sync could not keep torchmetrics.collections.MetricCollection.compute" in \
+        report["deferred_reports"].reason
+    assert (vars(Metric)["_sync_dist"], vars(MetricCollection)["compute"]) == originals
+    assert_truthful(tmpatch.status())
+    monkeypatch.undo()
+    assert tmpatch.apply(["coalesced_sync"])["coalesced_sync"].state == "applied"
+
+
+class _Refusing(types.ModuleType):
+    """A module that, once told to, refuses to have ``_bincount`` set (a frozen namespace)."""
+
+    refuse = False
+
+    def __setattr__(self, name, value):
+        if self.refuse and name == "_bincount":
+            raise AttributeError("read-only module")
+        super().__setattr__(name, value)
+
+
+def test_a_binding_that_refuses_the_original_is_named_and_the_rest_go_back():
+    from torchmetrics.utilities import data
+
+    original = data._bincount
+    holder = _Refusing("tmpatch_probe_refusing")
+    holder._bincount = original
+    sys.modules[holder.__name__] = holder
+    try:
+        if tmpatch.apply("bincount")["bincount"].state != "applied":
+            pytest.skip("bincount is not applied on this release")
+        assert tmpatch.is_patched(holder._bincount)
+        _Refusing.refuse = True
+        report = tmpatch.revert()
+        assert report["bincount"].state == "reverted"
+        assert "tmpatch_probe_refusing._bincount refused the original (AttributeError: read-only module)" in \
+            report["bincount"].reason, report["bincount"].reason
+        assert data._bincount is original and not tmpatch.is_patched(holder._bincount)
+        assert holder._bincount(__import__("torch").tensor([0, 2])).tolist() == [1, 0, 1]  # it passes through
+    finally:
+        _Refusing.refuse = False
+        del sys.modules[holder.__name__]
+
+
