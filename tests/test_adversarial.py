@@ -166,3 +166,57 @@ def test_a_binding_that_refuses_the_original_is_named_and_the_rest_go_back():
         del sys.modules[holder.__name__]
 
 
+# -- apply() before import, then revert() --------------------------------------------------
+def test_apply_before_import_then_revert_leaves_no_wrapper_in_a_default():
+    """On 1.0-1.5.2 torchmetrics.metric bound gather_autograd's wrapper as _sync_dist's default
+    on import, under coalesced_sync's layer where revert did not look; a later
+    apply("coalesced_sync") then took the release's uncoalesced path."""
+    proc = run_python(r"""
+        import sys, types, tempfile, os
+        import tmpatch
+        tmpatch.apply()
+        import torchmetrics
+        from torchmetrics.metric import Metric
+        from torchmetrics.utilities import distributed
+        report = tmpatch.revert()
+        assert vars(Metric)["_sync_dist"].__defaults__[0] is distributed.gather_all_tensors
+
+        def ours(value):
+            return tmpatch.get_original(value) is not value
+        left = []
+        for name, module in list(sys.modules.items()):
+            if not name.startswith("torchmetrics"):
+                continue
+            for attr, value in list(vars(module).items()):
+                if ours(value):
+                    left.append(f"{name}.{attr}")
+                members = list(vars(value).values()) if isinstance(value, type) else [value]
+                for func in members:
+                    while isinstance(func, types.FunctionType):  # the function and those it wraps
+                        defaults = list(func.__defaults__ or ()) + list((func.__kwdefaults__ or {}).values())
+                        left += [f"{name}.{func.__qualname__}() default" for d in defaults if ours(d)]
+                        func = func.__dict__.get("__wrapped__")
+        assert left == [], left
+
+        import torch, torch.distributed as dist
+        if tmpatch.apply("coalesced_sync")["coalesced_sync"].state == "applied":
+            dist.init_process_group("gloo", init_method="file://" + os.path.join(tempfile.mkdtemp(), "store"),
+                                    rank=0, world_size=1)
+            calls = []
+            for op in ("barrier", "all_gather"):
+                def counted(*args, _op=op, _fn=getattr(dist, op), **kwargs):
+                    calls.append(_op)
+                    return _fn(*args, **kwargs)
+                setattr(dist, op, counted)
+            metric = torchmetrics.SumMetric()
+            metric.add_state("other", default=torch.zeros(3), dist_reduce_fx="sum")
+            metric.update(torch.tensor([1.0, 2.0]))
+            metric.compute()
+            assert calls == ["all_gather", "all_gather"], calls  # coalesced: not a barrier per state
+            dist.barrier()
+            dist.destroy_process_group()
+        print("ok")
+    """)
+    assert proc.stdout.strip().endswith("ok")
+
+

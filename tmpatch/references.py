@@ -7,6 +7,7 @@ scope between the sweeps of a batch. Nothing here knows torchmetrics or wrapt.
 from __future__ import annotations
 
 import gc
+import itertools
 import sys
 import types
 from dataclasses import dataclass
@@ -90,17 +91,29 @@ def _chain(obj: Any) -> Iterator[Any]:
 
 
 def _functions_of(module: types.ModuleType) -> Iterator[types.FunctionType]:
-    """Functions defined in ``module``, at top level and in its classes."""
+    """Functions defined in ``module``, at top level and in its classes, and the plain
+    functions under a wrapper there (``__wrapped__``): a wrapped function's defaults still
+    serve every call that reaches it (tmpatch's own layers wrap such functions)."""
     name = module.__name__
     for value in list(vars(module).values()):
         if isinstance(value, types.FunctionType):
-            yield value
+            yield from _unwrapped(value)
         elif isinstance(value, type) and value.__module__ == name:
             for member in list(vars(value).values()):
                 if isinstance(member, (staticmethod, classmethod)):
                     member = member.__func__
                 if isinstance(member, types.FunctionType):
-                    yield member
+                    yield from _unwrapped(member)
+
+
+def _unwrapped(func: types.FunctionType) -> Iterator[types.FunctionType]:
+    """``func`` and the plain functions it wraps, outermost first."""
+    yield func
+    if type(func) is types.FunctionType and "__wrapped__" not in func.__dict__:
+        return  # the common case, without the look-up's exception
+    for inner in itertools.islice(_chain(func), 1, None):
+        if type(inner) is types.FunctionType:
+            yield inner
 
 
 def _sweepable(module_name: str, module: Any) -> Optional[Dict[str, Any]]:
