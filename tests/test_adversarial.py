@@ -166,6 +166,73 @@ def test_a_binding_that_refuses_the_original_is_named_and_the_rest_go_back():
         del sys.modules[holder.__name__]
 
 
+# -- os.fork() while another thread holds the engine ------------------------------------------
+def _in_child(body) -> int:
+    """Fork; run ``body()`` in the child (10 s at most); its exit status (a signal: 128 + it)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            signal.alarm(10)
+            code = 0 if body() else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+
+
+def _child_works() -> bool:
+    tmpatch.status()
+    states = tmpatch.apply("mean_default_weight").states()
+    tmpatch.revert()
+    return states["mean_default_weight"] == "applied" and \
+        not tmpatch.is_patched(vars(torchmetrics.MeanMetric)["update"])
+
+
+@needs_fork
+def test_a_fork_while_another_thread_holds_the_lock_gives_the_child_a_lock_of_its_own(monkeypatch):
+    """A thread that stays inside apply() past the fork's wait: the child's copy of the lock was
+    held by a thread the child does not have, and status() waited for ever."""
+    from tmpatch import engine
+
+    monkeypatch.setattr(engine, "FORK_WAIT_S", 0.05)
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with api._engine.lock:
+            held.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(10)
+        assert _in_child(_child_works) == 0
+    finally:
+        done.set()
+        thread.join()
+
+
+@needs_fork
+def test_a_fork_during_apply_and_revert_waits_for_them_to_finish():
+    """The child starts from a finished apply or revert: status() is what the layers are."""
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            tmpatch.apply(["mean_default_weight", "bincount"])
+            tmpatch.revert()
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        codes = [_in_child(lambda: (assert_truthful(tmpatch.status()), _child_works())[1]) for _ in range(3)]
+    finally:
+        stop.set()
+        thread.join()
+    assert codes == [0, 0, 0]
+
+
 # -- apply() before import, then revert() --------------------------------------------------
 def test_apply_before_import_then_revert_leaves_no_wrapper_in_a_default():
     """On 1.0-1.5.2 torchmetrics.metric bound gather_autograd's wrapper as _sync_dist's default

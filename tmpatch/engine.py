@@ -14,7 +14,10 @@ qualname) and a replacement, and it
   and never unwraps a layer somebody else put on top of its own: that layer is
   left in place, turned into a pass-through, and the reason reported;
 * arms wrapt post-import hooks that run a callback when a module is imported,
-  and disarms them; a callback's exception never reaches the importer.
+  and disarms them; a callback's exception never reaches the importer;
+* survives ``os.fork()`` (DataLoader workers) while another thread holds ``lock``: the
+  fork waits for it a little (:data:`FORK_WAIT_S`), so the child starts from a finished
+  apply or revert, and the child never inherits the lock as held by a thread it lacks.
 
 Originals are saved once per target (``original()``), so a later apply reuses
 the same wrapper object and no second layer is ever stacked. Finding the places that
@@ -24,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import types
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import wrapt
@@ -37,6 +42,43 @@ from tmpatch.references import (  # noqa: F401 - resolve, PatchError: part of th
 
 log = logging.getLogger("tmpatch")
 
+#: how long ``os.fork()`` waits for another thread's hold of an engine's lock to end (seconds);
+#: past it the child gets a fresh lock and whatever state that thread had reached
+FORK_WAIT_S = 2.0
+
+_engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for engine in list(_engines):
+        engine._fork.held = engine.lock.acquire(timeout=FORK_WAIT_S)
+
+
+def _let_go(engine: "Engine") -> bool:
+    """Release the forking thread's hold of ``engine.lock``; False if the fork got none."""
+    if not getattr(engine._fork, "held", False):
+        return False
+    engine._fork.held = False
+    engine.lock.release()
+    return True
+
+
+def _after_fork_in_parent() -> None:
+    for engine in list(_engines):
+        _let_go(engine)
+
+
+def _after_fork_in_child() -> None:
+    for engine in list(_engines):
+        if not _let_go(engine):  # held by a thread the child lacks: a lock of its own, and no batch of that thread
+            engine.lock = threading.RLock()
+            engine._index = engine._kept = None
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
+
 
 class Engine:
     """Installs and removes layers; owns the post-import hooks. Use ``lock``."""
@@ -47,6 +89,8 @@ class Engine:
         self._hooks: Dict[str, Callable[[types.ModuleType], None]] = {}
         self._index: Optional[_Index] = None
         self._kept: Optional[_Index] = None
+        self._fork = threading.local()  # ``held``: the forking thread's hold of ``lock`` (:func:`_before_fork`)
+        _engines.add(self)
 
     @contextlib.contextmanager
     def batch(self, *, resume: bool = False) -> Iterator[None]:
