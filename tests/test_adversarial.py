@@ -287,3 +287,34 @@ def test_apply_before_import_then_revert_leaves_no_wrapper_in_a_default():
     assert proc.stdout.strip().endswith("ok")
 
 
+# -- the inspection API on odd objects -----------------------------------------------------
+class _RaisingGetattr:
+    def __getattr__(self, name):
+        raise RuntimeError(f"no {name} here")
+
+
+class _UnhashableKey:
+    _self_tmpatch_key = (["torchmetrics.utilities.data"], "_bincount")
+
+
+class _KeyOfAnother:
+    """An object carrying the key of a real layer: not that layer's wrapper."""
+
+
+@pytest.mark.parametrize("odd", [_RaisingGetattr(), _UnhashableKey(), _KeyOfAnother(), ["a"], None],
+                         ids=["getattr_raises", "unhashable_key", "key_of_another", "list", "none"])
+def test_inspection_never_raises_for_another_objects_attributes(odd):
+    tmpatch.apply("mean_default_weight")
+    _KeyOfAnother._self_tmpatch_key = vars(torchmetrics.MeanMetric)["update"]._self_tmpatch_key
+    assert tmpatch.is_patched(odd) is False
+    assert tmpatch.get_original(odd) is odd
+
+
+def test_an_unknown_name_in_status_names_the_valid_ones():
+    report = tmpatch.status()
+    with pytest.raises(KeyError) as caught:
+        report["safe_divid"]
+    text = str(caught.value)
+    assert text.startswith("unknown patch name(s) 'safe_divid' (did you mean 'safe_divide'?); valid names: "), text
+    assert ", ".join(catalogue.NAMES) in text
+    assert report["safe_divide"].name == "safe_divide" and report[0].name == catalogue.NAMES[0]

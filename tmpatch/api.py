@@ -330,19 +330,15 @@ def status() -> Report:
 
 
 def is_patched(obj: object) -> bool:
-    """Whether ``obj`` is one of tmpatch's active wrappers."""
-    key = getattr(obj, "_self_tmpatch_key", None)
-    layer = _engine.layer(key) if isinstance(key, tuple) else None
-    return bool(layer is not None and layer.wrapper is obj and layer.active)
+    """Whether ``obj`` is one of tmpatch's active wrappers (False for anything else)."""
+    layer = _engine.layer_of(obj)
+    return layer is not None and layer.active
 
 
 def get_original(obj: object) -> object:
     """The release's own function under a tmpatch wrapper (``obj`` otherwise)."""
-    key = getattr(obj, "_self_tmpatch_key", None)
-    layer = _engine.layer(key) if isinstance(key, tuple) else None
-    if layer is not None and layer.wrapper is obj:
-        return layer.original
-    return obj
+    layer = _engine.layer_of(obj)
+    return obj if layer is None else layer.original
 
 
 def patch_names() -> Sequence[str]:

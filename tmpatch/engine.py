@@ -117,6 +117,16 @@ class Engine:
     def layer(self, key: Key) -> Optional[Layer]:
         return self._layers.get(key)
 
+    def layer_of(self, obj: Any) -> Optional[Layer]:
+        """The layer whose wrapper ``obj`` is (None for anything else: never raises, whatever
+        ``obj``'s attributes do)."""
+        try:
+            key = getattr(obj, "_self_tmpatch_key", None)
+            layer = self._layers.get(key) if type(key) is tuple else None
+        except Exception:  # noqa: BLE001 - a foreign object: a __getattr__ that raises, an unhashable key
+            return None
+        return layer if layer is not None and layer.wrapper is obj else None
+
     def original(self, key: Key) -> Any:
         """What the target is underneath tmpatch: the saved original where
         tmpatch's layer is (still) in the object's wrap chain, else the object."""

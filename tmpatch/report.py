@@ -104,6 +104,13 @@ def _target_cell(targets: List[str], width: int) -> str:
     return _tail(targets[0], max(width - len(more), 8)) + more
 
 
+class UnknownPatch(KeyError):
+    """``report[name]`` for a name the report has no row of; the message names the valid ones."""
+
+    def __str__(self) -> str:  # KeyError's own shows the repr of its argument
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
 class Report(Sequence[PatchStatus]):
     """The rows of ``tmpatch.status()``; ``report["safe_divide"]`` picks one."""
 
@@ -117,7 +124,10 @@ class Report(Sequence[PatchStatus]):
             for row in self._rows:
                 if row.name == key:
                     return row
-            raise KeyError(key)
+            from tmpatch.selection import unknown_names
+
+            valid = [row.name for row in self._rows]
+            raise UnknownPatch(f"{unknown_names([key], valid)}; valid names: {', '.join(valid) or 'none'}")
         return self._rows[key]
 
     def __len__(self) -> int:
