@@ -19,6 +19,7 @@ from typing import List, Set, Tuple
 from unittest import mock
 
 import pytest
+import torch
 
 import tmpatch
 from tmpatch import api, gating
@@ -101,6 +102,32 @@ def test_reverting_deferred_reports_alone_under_a_mock_keeps_the_others_whole():
     assert {n: report[n].state for n in applied if n != "deferred_reports"} == \
         {n: "applied" for n in applied if n != "deferred_reports"}
     assert_truthful(tmpatch.status())
+
+
+def test_two_edits_of_a_mocked_target_come_apart_from_the_release_function():
+    """bincount and logits_check edit _binary_confusion_matrix_format together (up to 1.6.0):
+    taking one off under a mock of it rejoins the other's edit to the function tmpatch's layer
+    wraps, not to the mock (RewriteError: bincount taken out too); and the copy the mock puts
+    back on exit runs the layer's new one, without logits_check's edit (it ran both)."""
+    from tmpatch.audit import audit
+
+    module = sys.modules["torchmetrics.functional.classification.confusion_matrix"]
+
+    def syncs():
+        format_ = module._binary_confusion_matrix_format
+        report = audit(lambda preds, target: format_(preds, target, 0.5, -1), torch.rand(16),
+                       torch.randint(0, 2, (16,)), real=False)
+        return {point.op for point in report.sync_points if point.function == "_binary_confusion_matrix_format"}
+
+    release = syncs()
+    report = tmpatch.apply(["bincount", "logits_check"])
+    if {report["bincount"].state, report["logits_check"].state} != {"applied"}:
+        pytest.skip("bincount and logits_check do not both apply on this release")
+    assert "aten._local_scalar_dense" in release - syncs()  # logits_check's edit at work
+    with mock.patch.object(module, "_binary_confusion_matrix_format"):
+        report = tmpatch.revert("logits_check")
+    assert (report["bincount"].state, report["logits_check"].state) == ("applied", "reverted"), report
+    assert syncs() == release  # bincount's edit leaves the release's syncs outside a recorded update
 
 
 @needs_torch_2_5

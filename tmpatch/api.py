@@ -34,8 +34,9 @@ class TmpatchWarning(UserWarning):
 
 _engine = Engine()
 _rows: Dict[str, Tuple[str, str]] = {}  # name -> (state, reason)
-#: target key -> applied patch -> its variant and built piece (``gating.build``)
-_held: Dict[Tuple[str, str], Dict[str, Tuple[Variant, Optional[Callable[..., Any]]]]] = {}
+#: applied patch -> its variant and built piece (``gating.build``), for one target
+Held = Dict[str, Tuple[Variant, Optional[Callable[..., Any]]]]
+_held: Dict[Tuple[str, str], Held] = {}  # target key -> the patches that hold it
 _pending: Set[str] = set()
 _warned_missing = False
 
@@ -61,11 +62,12 @@ def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
     return gating.recognise(patch, catalogue.release(), lambda target: _engine.original(_key(target)))
 
 
-Held = Dict[str, Tuple[Variant, Optional[Callable[..., Any]]]]
-
-
 def _joined(key: Tuple[str, str], module: Any, holders: Held) -> Callable[..., Any]:
-    return gating.joined(_engine.original(key), module, list(holders.values()))
+    """The replacement of ``holders`` for the target ``key``: made from the original that
+    tmpatch's layer wraps while it is in place (whatever a mock has put on top of it now)."""
+    layer = _engine.layer(key)
+    original = layer.original if layer is not None and layer.active else _engine.original(key)
+    return gating.joined(original, module, list(holders.values()))
 
 
 def _holders(key: Tuple[str, str]) -> Held:
@@ -107,7 +109,7 @@ def _take(target: Target, patch: Patch, dropped: Dict[str, str]) -> str:
             return ""
         except Exception as exc:  # noqa: BLE001 - a removal never fails half-way
             why = f"{target.path} could not be rebuilt without {patch.name} ({type(exc).__name__}: {exc})"
-            log.warning("tmpatch: %s; %s go with it", why, ", ".join(rest))
+            log.warning("tmpatch: %s; taken out too: %s", why, ", ".join(rest))
             held.clear()
             for name in rest:
                 dropped.setdefault(name, why)

@@ -150,6 +150,9 @@ def give(layer: Layer, replacement: Replacement) -> None:
     _check_takes(layer, layer.wrapper, replacement)
     if inline is not None and inline is not getattr(layer.wrapper, INLINE, None) and not _refill(layer, inline):
         old, layer.wrapper = layer.wrapper, _copy(layer, inline)
+        # where the old copy is still held, or put back (by a mock that held the place meanwhile),
+        # it runs the layer's one installed copy: its route is off and leads there
+        old.__kwdefaults__ = {**(old.__kwdefaults__ or {}), ROUTE: Route(layer.wrapper, False)}
         for place in layer.places:
             if place.get() is old:
                 place.set(layer.wrapper)
