@@ -107,8 +107,9 @@ def test_reverting_deferred_reports_alone_under_a_mock_keeps_the_others_whole():
 def test_two_edits_of_a_mocked_target_come_apart_from_the_release_function():
     """bincount and logits_check edit _binary_confusion_matrix_format together (up to 1.6.0):
     taking one off under a mock of it rejoins the other's edit to the function tmpatch's layer
-    wraps, not to the mock (RewriteError: bincount taken out too); and the copy the mock puts
-    back on exit runs the layer's new one, without logits_check's edit (it ran both)."""
+    wraps, not to the mock (RewriteError: bincount taken out too); the copy the mock puts back
+    on exit runs the layer's new one, without logits_check's edit (it ran both), and revert()
+    takes it out (it stayed, and the next apply() found a closure it could not edit)."""
     from tmpatch.audit import audit
 
     module = sys.modules["torchmetrics.functional.classification.confusion_matrix"]
@@ -119,7 +120,7 @@ def test_two_edits_of_a_mocked_target_come_apart_from_the_release_function():
                        torch.randint(0, 2, (16,)), real=False)
         return {point.op for point in report.sync_points if point.function == "_binary_confusion_matrix_format"}
 
-    release = syncs()
+    release, function = syncs(), module._binary_confusion_matrix_format
     report = tmpatch.apply(["bincount", "logits_check"])
     if {report["bincount"].state, report["logits_check"].state} != {"applied"}:
         pytest.skip("bincount and logits_check do not both apply on this release")
@@ -128,6 +129,8 @@ def test_two_edits_of_a_mocked_target_come_apart_from_the_release_function():
         report = tmpatch.revert("logits_check")
     assert (report["bincount"].state, report["logits_check"].state) == ("applied", "reverted"), report
     assert syncs() == release  # bincount's edit leaves the release's syncs outside a recorded update
+    tmpatch.revert()
+    assert module._binary_confusion_matrix_format is function  # the copy the mock put back is taken out too
 
 
 @needs_torch_2_5

@@ -80,6 +80,12 @@ if hasattr(os, "register_at_fork"):  # POSIX
                         after_in_child=_after_fork_in_child)
 
 
+def _holds(current: Any, layer: Layer) -> bool:
+    """Whether ``current`` is the layer's wrapper (or an earlier copy of it), or wraps it."""
+    ours = layer.ours()
+    return any(obj is mine for obj in _chain(current) for mine in ours)
+
+
 class Engine:
     """Installs and removes layers; owns the post-import hooks. Use ``lock``."""
 
@@ -132,7 +138,7 @@ class Engine:
         tmpatch's layer is (still) in the object's wrap chain, else the object."""
         current = resolve(*key)[2]
         layer = self._layers.get(key)
-        if layer is not None and any(obj is layer.wrapper for obj in _chain(current)):
+        if layer is not None and _holds(current, layer):
             return layer.original
         return current
 
@@ -154,7 +160,7 @@ class Engine:
         layer = self._layers.get(key)
         rearm = False
         if layer is not None and current is not layer.original:
-            if any(obj is layer.wrapper for obj in _chain(current)):
+            if _holds(current, layer):
                 rearm = True  # ours is still there (on top, or under a stranger's layer)
             else:
                 layer = None  # the target was replaced since: start afresh
@@ -202,12 +208,13 @@ class Engine:
         if layer is None or layer.active:
             return []
         found = []
+        ours = layer.ours()
         for place in layer.watch:
             try:
                 current = place.get()
             except Exception:  # noqa: BLE001 - the holder changed shape
                 continue
-            if any(obj is layer.wrapper for obj in _chain(current)):
+            if any(obj is mine for obj in _chain(current) for mine in ours):
                 found.append(place.describe())
         return found
 
@@ -222,8 +229,9 @@ class Engine:
         notes: List[str] = []
         places = list(layer.places)
         known = {(id(p.holder), p.kind, p.slot) for p in places}
+        ours = layer.ours()
         try:
-            for place in find_references({id(layer.wrapper): layer.wrapper}, scope, self._index):
+            for place in find_references({id(obj): obj for obj in ours}, scope, self._index):
                 if (id(place.holder), place.kind, place.slot) not in known:
                     places.append(place)
         except Exception as exc:  # noqa: BLE001 - a module that cannot be looked through
@@ -234,13 +242,13 @@ class Engine:
                 current = place.get()
             except Exception:  # noqa: BLE001 - the holder changed shape; nothing of ours there
                 continue
-            if current is layer.wrapper:
+            if any(current is mine for mine in ours):
                 try:
                     place.set(layer.original)
                 except Exception as exc:  # noqa: BLE001 - a holder that refuses: the rest still go back
                     notes.append(f"{place.describe()} refused the original ({type(exc).__name__}: {exc}); "
                                  "tmpatch's layer is left there as a pass-through")
-            elif any(obj is layer.wrapper for obj in _chain(current)):
+            elif any(obj is mine for obj in _chain(current) for mine in ours):
                 notes.append(
                     f"{place.describe()} is wrapped on top of tmpatch by {type(current).__name__}; "
                     "tmpatch's layer is left there as a pass-through"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -48,6 +49,13 @@ class Layer:
     residue: str = ""
     #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
     watch: List[Place] = field(default_factory=list)
+    #: an inline layer's earlier copies (replaced by :func:`give`) still held somewhere, a mock's
+    #: saved value say: they lead to ``wrapper``, and a removal puts the original back for them too
+    retired: "weakref.WeakSet[Any]" = field(default_factory=weakref.WeakSet)
+
+    def ours(self) -> List[Any]:
+        """The wrapper and its earlier copies still alive."""
+        return [self.wrapper, *self.retired]
 
     def give(self, replacement: Replacement) -> None:
         """Make ``replacement`` the one the wrapper calls, with its gate (``GATE``), if any."""
@@ -153,6 +161,7 @@ def give(layer: Layer, replacement: Replacement) -> None:
         # where the old copy is still held, or put back (by a mock that held the place meanwhile),
         # it runs the layer's one installed copy: its route is off and leads there
         old.__kwdefaults__ = {**(old.__kwdefaults__ or {}), ROUTE: Route(layer.wrapper, False)}
+        layer.retired.add(old)
         for place in layer.places:
             if place.get() is old:
                 place.set(layer.wrapper)
