@@ -57,6 +57,26 @@ _state = _State()
 _outsides: List["Outside"] = []
 
 
+class _Pending:
+    """``counts``: True from the first compiled update that left its count on the device
+    (``compiled_update``'s tallies, a store torch.compile replays after its graph) until
+    host code reads or writes an update count again, which folds them all. Read on hot
+    paths (``update_bookkeeping``'s plain stores stand aside while it is True)."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts = False
+
+
+pending = _Pending()
+
+#: a class attribute whose type has this attribute set True is a data descriptor that stores
+#: into the instance's ``__dict__`` while :data:`pending` has nothing (``compiled_update``'s
+#: ``Metric._update_count``): a plain store may stand for it then
+PLAIN_SLOT = "_tmpatch_plain_slot"
+
+
 def compiling() -> bool:
     """Whether torch.compile is tracing the caller (False in eager code)."""
     state = _state
