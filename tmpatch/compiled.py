@@ -55,6 +55,8 @@ class _State:
 
 _state = _State()
 _outsides: List["Outside"] = []
+#: called with ``torch._dynamo`` once it is imported (:func:`when_dynamo`)
+_callbacks: List[Callable[[Any], None]] = []
 
 
 class _Pending:
@@ -198,6 +200,17 @@ def on_dynamo(module: Any) -> None:
     for outside in _outsides:
         outside._bind(module)
     _state.dynamo_bound = True
+    for callback in list(_callbacks):
+        callback(module)
+
+
+def when_dynamo(callback: Callable[[Any], None]) -> None:
+    """Call ``callback(torch._dynamo)`` now if it is imported and bound (:func:`prepare`), else
+    when it is; once either way."""
+    if _state.dynamo_bound and DYNAMO in sys.modules:
+        callback(sys.modules[DYNAMO])
+    else:
+        _callbacks.append(callback)
 
 
 def prepare(arm: Callable[[str, Callable[[Any], None]], None]) -> None:

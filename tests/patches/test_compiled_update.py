@@ -526,3 +526,41 @@ def test_the_xla_flag_is_a_bool_while_applied_and_the_releases_object_after_reve
     assert data._XLA_AVAILABLE is bool(release)
     tmpatch.revert()
     assert data._XLA_AVAILABLE is release
+
+
+def test_compiled_updates_keep_their_states_tensors_as_static_inputs():
+    """A CUDA graph (``mode="reduce-overhead"``) overwrites its outputs at the next replay and
+    skips a graph that mutates an input that is not static: in compiled code a state an update
+    replaces (``self.tp = self.tp + tp``) is written into the tensor it replaced, a static input
+    (dynamo marks a module's tensors so). Eager updates replace their states, as released."""
+    tmpatch.apply()
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = torch.nn.Linear(C, C)
+            self.accuracy = _build("MulticlassAccuracy")[0]
+            self.maximum = _build("MaxMetric")[0]
+
+        def forward(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            logits = self.head(preds)
+            self.accuracy.update(logits, target)
+            self.maximum.update(logits.sum(1))
+            return logits.sum()
+
+    model, eager = Model(), Model()
+    eager.load_state_dict(model.state_dict())
+    metrics = (model.accuracy, model.maximum)
+    tensors = [getattr(m, key) for m in metrics for key in m._defaults]
+    dynamo.reset()
+    fn = torch.compile(model, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        for seed in range(3):
+            batch = _inputs("multiclass", seed)
+            fn(*batch)
+            eager(*batch)
+    assert [getattr(m, key) for m in metrics for key in m._defaults] == tensors  # the same objects
+    assert all(getattr(t, "_dynamo_static_input_type", None) for t in tensors)
+    for mine, want in zip(metrics, (eager.accuracy, eager.maximum)):
+        for key in want._defaults:
+            assert_bitwise(getattr(mine, key), getattr(want, key))

@@ -21,7 +21,17 @@ Defects (every release, not fixed upstream; torchmetrics issue #1780):
   ``update_count``, ``update_called``, ``compute()``'s check, ``forward()``, ``reset()``
   and pickles (``Metric.__getstate__``) see the release's count. Eager updates and reads
   run the release's statements (one more Python call each: the descriptor).
-* ``MetricCollection``: ``_compute_groups_create_state_ref`` copies the count of a compute
+* The same updates inside a CUDA graph (``mode="reduce-overhead"``): most updates replace
+  their states (``self.tp = self.tp + tp``); a graph's output kept as a state is
+  overwritten by its next replay. In compiled code a state an update replaces by a tensor
+  of the same shape, dtype and device is written into the tensor it replaced, which stays
+  the state (inductor makes the add and the copy one in-place kernel); dynamo takes a
+  module's tensors for static inputs, whose in-place updates a CUDA graph captures.
+  Eager updates replace their states as the release does.
+* ``MetricCollection``: its update asks each metric which of its keyword arguments it
+  takes (``Metric._filter_kwargs``, through the update's ``inspect.Signature``, which
+  torch 2.5 cannot trace): in compiled code, with none given, the answer is the release's
+  empty dict without the signature. ``_compute_groups_create_state_ref`` copies the count of a compute
   group's first metric to the others (``mi._update_count = m0._update_count``, on every
   update from 1.7.0): in compiled code the follower's tally records the leader instead,
   and the fold gives it the leader's count. A collection's first update merges its
@@ -96,8 +106,32 @@ class _Live:
 
 _live = _Live()
 
+
+def live() -> bool:
+    """Whether the patch is applied (compiled updates of metrics built since count on the device)."""
+    return _live.on
+
 #: every tally (held by its metric's ``update``), for :func:`fold`
 _tallies: "weakref.WeakSet[Tally]" = weakref.WeakSet()
+
+
+#: ``torch._dynamo.mark_static_address`` once torch._dynamo is imported
+_static: List[Callable[[Any], None]] = []
+
+
+def _bind_static(dynamo: Any) -> None:
+    mark = getattr(dynamo, "mark_static_address", None)
+    if mark is not None and not _static:
+        _static.append(mark)
+        for tally in list(_tallies):
+            mark(tally.counter)
+
+
+def _mark(counter: Any) -> None:
+    """A counter is a static input of compiled graphs (its address is kept: a CUDA graph may
+    add to it in place; a mutated input that is not static makes inductor skip the graph)."""
+    if _static:
+        _static[0](counter)
 
 
 def tally_of(metric: Any) -> Optional[Tally]:
@@ -207,14 +241,46 @@ def _follow(follower: Any, leader: Any) -> None:
         follower._update_count = leader._update_count
 
 
+def _hold(metric: Any) -> List[Any]:
+    """The metric's tensor states before a compiled update: ``(name, tensor)``."""
+    held = []
+    for name in metric._defaults:
+        value = getattr(metric, name)
+        if isinstance(value, _TENSOR[0]):
+            held.append((name, value))
+    return held
+
+
+def _keep(metric: Any, held: List[Any]) -> None:
+    """After a compiled update: a state it replaced by a new tensor of the same shape, dtype and
+    device (``self.tp = self.tp + tp``) is written into the tensor it replaced, which stays the
+    state (the graph's own output is not kept: a CUDA graph's next replay would overwrite it).
+    A state now pointing at another existing tensor (a compute group's reference) is left."""
+    olds = [old for _, old in held]
+    for name, old in held:
+        new = getattr(metric, name)
+        if new is old or any(new is other for other in olds) or not isinstance(new, _TENSOR[0]):
+            continue
+        if new.shape == old.shape and new.dtype == old.dtype and new.device == old.device:
+            old.copy_(new)
+            setattr(metric, name, old)
+
+
+#: torch.Tensor, bound when the patch is built
+_TENSOR: List[Any] = []
+
+
 def _update_names(module: ModuleType) -> Dict[str, Any]:
     import torch
 
     zeros, long = torch.zeros, torch.long
+    if not _TENSOR:
+        _TENSOR.append(torch.Tensor)
 
     def attach(metric: Any, update: Any) -> Tally:
         """Give the metric (built now, or unpickled) its tally, held by its wrapped ``update``."""
         tally = Tally(metric, zeros((), dtype=long))
+        _mark(tally.counter)
         try:
             setattr(update, TALLY, tally)
         except AttributeError:  # not a function: compiled updates of it count outside the graph
@@ -222,12 +288,20 @@ def _update_names(module: ModuleType) -> Dict[str, Any]:
         _tallies.add(tally)
         return tally
 
-    return {"_tmpatch_compiling": compiling, "_tmpatch_count": _count, "_tmpatch_attach": attach}
+    return {"_tmpatch_compiling": compiling, "_tmpatch_count": _count, "_tmpatch_attach": attach,
+            "_tmpatch_hold": _hold, "_tmpatch_keep": _keep, "_tmpatch_live": _live}
 
 
 UPDATE_COUNT = Rewrite(
     (Edit("self._update_count += 1\n",
           "if _tmpatch_compiling():\n    _tmpatch_count(self, _tmpatch_tally)\nelse:\n    self._update_count += 1\n"),
+     Edit("update(*args, **kwargs)\n",
+          "if _tmpatch_compiling() and _tmpatch_live.on:\n"
+          "    _tmpatch_held = _tmpatch_hold(self)\n"
+          "    update(*args, **kwargs)\n"
+          "    _tmpatch_keep(self, _tmpatch_held)\n"
+          "else:\n"
+          "    update(*args, **kwargs)\n"),
      Edit("return wrapped_func\n", "_tmpatch_tally = _tmpatch_attach(self, wrapped_func)\nreturn wrapped_func\n")),
     _update_names,
 )
@@ -245,6 +319,17 @@ FOLLOW = Rewrite(
           "else:\n"
           "    mi._update_count = deepcopy(m0._update_count) if copy else m0._update_count\n"),),
     _collection_names,
+)
+
+#: ``Metric._filter_kwargs`` (a collection passes each metric its keyword arguments): with none, every
+#: path of the release's returns an empty dict; in compiled code that is said without reading the update's
+#: ``inspect.Signature`` (torch 2.5 cannot trace ``Signature.parameters``: a graph break per metric)
+NO_KWARGS = Rewrite(
+    (Edit("_params = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)\n",
+          "if not kwargs and _tmpatch_compiling():\n"
+          "    return {}\n"
+          "_params = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)\n"),),
+    lambda module: {"_tmpatch_compiling": compiling},
 )
 
 #: ``MetricCollection.update``: no merge of compute groups in compiled code
@@ -281,6 +366,8 @@ def _build_apply(module: ModuleType) -> Callable[..., Any]:
             moved = fn(counter) if callable(fn) else counter
             if not (isinstance(moved, Tensor) and moved.dtype == long and moved.dim() == 0):
                 moved = counter.to(getattr(self, "device", counter.device))
+            if moved is not counter:
+                _mark(moved)
             tally.counter = moved
         return result
 
@@ -326,6 +413,7 @@ def _after_apply() -> None:
     if cls is not None and COUNT not in vars(cls):
         setattr(cls, COUNT, _SLOT)
     _live.on = True
+    compiled.when_dynamo(_bind_static)
     _fill_xla()
 
 
@@ -390,6 +478,14 @@ PATCH = Patch(
             variants=(
                 Variant(span("1.0.0", "1.2.1"), "230dda1bf62c7927", _build_apply),
                 Variant(span("1.3.0.post0", "1.9.0"), "232b818f8abf487b", _build_apply),
+            ),
+        ),
+        Target(
+            module="torchmetrics.metric",
+            qualname="Metric._filter_kwargs",
+            variants=(
+                Variant(span("1.0.0", "1.5.2"), "8eeebeee99f6e51d", NO_KWARGS),
+                Variant(span("1.6.0", "1.9.0"), "587021cd14091524", NO_KWARGS),
             ),
         ),
         Target(
