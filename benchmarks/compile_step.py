@@ -6,8 +6,9 @@ compiled, with and without tmpatch.
     python benchmarks/compile_step.py --here --backend eager    # the torchmetrics on the path
     python benchmarks/compile_step.py --here --device cuda --batch 256          # on a GPU
 
-The step: a small MLP's forward on a pre-built batch (no grad), its cross-entropy loss, and
-metric updates (``validate_args=False``, ``--classes`` classes):
+The step, on pre-built batches of logits and targets (no grad): the cross-entropy loss and
+metric updates (``validate_args=False``, ``--classes`` classes); ``--model mlp`` computes the
+logits with a small MLP's forward first:
 
 * ``--set published`` (default): the published case's five updates, MeanMetric of the loss,
   multiclass Accuracy, Precision, Recall and F1;
@@ -85,10 +86,14 @@ def child(args: argparse.Namespace, variant: str) -> None:
 
     device = torch.device(args.device)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(args.features, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, args.classes)).to(device).eval()
+    if args.model == "mlp":
+        model = torch.nn.Sequential(torch.nn.Linear(args.features, 128), torch.nn.ReLU(),
+                                    torch.nn.Linear(128, args.classes)).to(device).eval()
+    else:
+        model = torch.nn.Identity()
     metrics = [] if variant == "no metrics" else [m.to(device) for m in _metrics(args.set, args.classes)]
-    batches = [(torch.randn(args.batch, args.features, device=device),
+    features = args.features if args.model == "mlp" else args.classes
+    batches = [(torch.randn(args.batch, features, device=device),
                 torch.randint(0, args.classes, (args.batch,), device=device)) for _ in range(8)]
     if metrics and (variant == "compiled release" or args.set == "collection"):
         # the release's first compiled _bincount crashes on torch 2.6+ without an eager update first (the lazy
@@ -188,7 +193,7 @@ def measure(args: argparse.Namespace, env: Dict[str, str]) -> List[str]:
 def _forward(args: argparse.Namespace) -> List[str]:
     return ["--device", args.device, "--backend", args.backend, "--batch", str(args.batch), "--classes",
             str(args.classes), "--features", str(args.features), "--number", str(args.number),
-            "--warmup", str(args.warmup), "--set", args.set]
+            "--warmup", str(args.warmup), "--set", args.set, "--model", args.model]
 
 
 def main(argv: List[str]) -> int:
@@ -198,6 +203,7 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--set", default="published", choices=("published", "families", "collection"))
+    parser.add_argument("--model", default="none", choices=("none", "mlp"))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--features", type=int, default=64)
@@ -225,7 +231,7 @@ def main(argv: List[str]) -> int:
 
             name = torchmetrics.__version__
         print(f"torchmetrics {name}, torch {torch.__version__}, {args.device}, backend {args.backend}, set "
-              f"{args.set}, batch {args.batch}, {args.classes} classes; {args.rounds} rounds x {args.number} steps",
+              f"{args.set}, model {args.model}, batch {args.batch}, {args.classes} classes; {args.rounds} rounds x {args.number} steps",
               flush=True)
         for line in measure(args, run_env):
             print(line, flush=True)

@@ -12,11 +12,11 @@ Defects (every release, not fixed upstream; torchmetrics issue #1780):
   adds 1, in its graph, to its metric's *tally*, a 0-d integer tensor on the metric's
   device that tmpatch keeps outside the metric (reached through the metric's own
   ``update`` function, which torchmetrics never pickles or copies; it moves with the
-  metric's ``_apply``), and marks the tally (``tally.dirty = True``, a store of a constant
-  that torch.compile replays after the graph). Nothing is guarded, nothing recompiles,
-  and the in-place add is captured in a CUDA graph. While the patch is applied
+  metric's ``_apply``), and says so (``pending.counts = True``, a store of a constant that
+  torch.compile replays after the graph). Nothing is guarded, nothing recompiles, and the
+  in-place add is captured in a CUDA graph. While the patch is applied
   ``Metric._update_count`` is a data descriptor of tmpatch's: the first read or write of
-  any metric's count by host code after compiled updates folds every marked tally into its
+  any metric's count by host code after compiled updates folds every tally into its
   metric's count (:func:`fold`: one device read per device, a sync on CUDA), so
   ``update_count``, ``update_called``, ``compute()``'s check, ``forward()``, ``reset()``
   and pickles (``Metric.__getstate__``) see the release's count. Eager updates and reads
@@ -81,16 +81,15 @@ TALLY = "_tmpatch_tally"
 
 class Tally:
     """The update count compiled updates of one metric leave on its device: ``counter``, a 0-d
-    int64 tensor they add 1 to in the graph; ``dirty``, set by them (a replayed store) until
-    :func:`fold`; ``leader``, the tally of the metric whose count this one's takes at the fold
-    (a compute group's first metric)."""
+    int64 tensor they add 1 to in the graph (:func:`fold` adds it to the count and zeroes it);
+    ``leader``, the tally of the metric whose count this one's takes at the fold (a compute
+    group's first metric; a store torch.compile replays)."""
 
-    __slots__ = ("ref", "counter", "dirty", "leader", "__weakref__")
+    __slots__ = ("ref", "counter", "leader", "__weakref__")
 
     def __init__(self, metric: Any, counter: Any) -> None:
         self.ref = weakref.ref(metric)
         self.counter = counter
-        self.dirty = False
         self.leader: Optional["Tally"] = None
 
 
@@ -143,16 +142,18 @@ def tally_of(metric: Any) -> Optional[Tally]:
 
 
 def fold() -> None:
-    """Add every marked tally's counter to its metric's count (a follower takes its leader's),
-    and zero them: one device read per device. Host code only."""
+    """Add every tally's counter to its metric's count (a follower takes its leader's) and zero
+    them: one device read per device (every tally: which ones compiled updates added to is not
+    known on the host, and a store per update to say so would cost each compiled step). Host
+    code only."""
     pending.counts = False
-    marked = [tally for tally in list(_tallies) if tally.dirty]
-    if not marked:
+    tallies = [tally for tally in list(_tallies) if tally.ref() is not None]
+    if not tallies:
         return
     import torch
 
     groups: Dict[Any, List[Tally]] = {}
-    for tally in marked:
+    for tally in tallies:
         groups.setdefault(tally.counter.device, []).append(tally)
     added: Dict[int, int] = {}
     for group in groups.values():
@@ -160,16 +161,20 @@ def fold() -> None:
         for tally, value in zip(group, torch.stack(counters).tolist()):
             added[id(tally)] = int(value)
         torch._foreach_zero_(counters)
-    for tally in marked:
-        tally.dirty = False
+    followers = []
+    for tally in tallies:
         metric = tally.ref()
-        if metric is not None and tally.leader is None:
+        if metric is None:
+            continue
+        if tally.leader is not None:
+            followers.append((metric, tally))
+        elif added[id(tally)]:
             state = metric.__dict__
             state[COUNT] = state.get(COUNT, 0) + added[id(tally)]
-    for tally in marked:
+    for metric, tally in followers:
         leader, tally.leader = tally.leader, None
-        metric, source = tally.ref(), (leader.ref() if leader is not None else None)
-        if metric is not None and source is not None:
+        source = leader.ref() if leader is not None else None
+        if source is not None:
             metric.__dict__[COUNT] = source.__dict__.get(COUNT, 0)
 
 
@@ -220,7 +225,6 @@ def _count(metric: Any, tally: Optional[Tally]) -> None:
     policy = settings.policy.get("update_count", "device")
     if policy == "device" and tally is not None and _live.on:
         tally.counter.add_(1)
-        tally.dirty = True
         pending.counts = True
     elif policy == "traced":
         with compiled.dynamic_ints():
@@ -235,47 +239,40 @@ def _follow(follower: Any, leader: Any) -> None:
     if (settings.policy.get("update_count", "device") == "device" and mine is not None and theirs is not None
             and _live.on):
         mine.leader = theirs
-        mine.dirty = True
         pending.counts = True
     else:
         follower._update_count = leader._update_count
 
 
-def _hold(metric: Any) -> List[Any]:
-    """The metric's tensor states before a compiled update: ``(name, tensor)``."""
-    held = []
-    for name in metric._defaults:
-        value = getattr(metric, name)
-        if isinstance(value, _TENSOR[0]):
-            held.append((name, value))
-    return held
+def _hold(metric: Any) -> Optional[List[Any]]:
+    """The metric's states before a compiled update, ``(name, value)`` (None: the patch is reverted)."""
+    if not _live.on:
+        return None
+    return [(name, getattr(metric, name)) for name in metric._defaults]
 
 
-def _keep(metric: Any, held: List[Any]) -> None:
+def _keep(metric: Any, held: Optional[List[Any]]) -> None:
     """After a compiled update: a state it replaced by a new tensor of the same shape, dtype and
     device (``self.tp = self.tp + tp``) is written into the tensor it replaced, which stays the
     state (the graph's own output is not kept: a CUDA graph's next replay would overwrite it).
-    A state now pointing at another existing tensor (a compute group's reference) is left."""
+    A state now pointing at another existing tensor (a compute group's reference) is left.
+    (No ``torch.Tensor`` here: each new way to reach an object is one more guard per call.)"""
+    if held is None:
+        return
     olds = [old for _, old in held]
     for name, old in held:
         new = getattr(metric, name)
-        if new is old or any(new is other for other in olds) or not isinstance(new, _TENSOR[0]):
+        if isinstance(old, list) or isinstance(new, list) or new is old or any(new is other for other in olds):
             continue
         if new.shape == old.shape and new.dtype == old.dtype and new.device == old.device:
             old.copy_(new)
             setattr(metric, name, old)
 
 
-#: torch.Tensor, bound when the patch is built
-_TENSOR: List[Any] = []
-
-
 def _update_names(module: ModuleType) -> Dict[str, Any]:
     import torch
 
     zeros, long = torch.zeros, torch.long
-    if not _TENSOR:
-        _TENSOR.append(torch.Tensor)
 
     def attach(metric: Any, update: Any) -> Tally:
         """Give the metric (built now, or unpickled) its tally, held by its wrapped ``update``."""
@@ -289,14 +286,14 @@ def _update_names(module: ModuleType) -> Dict[str, Any]:
         return tally
 
     return {"_tmpatch_compiling": compiling, "_tmpatch_count": _count, "_tmpatch_attach": attach,
-            "_tmpatch_hold": _hold, "_tmpatch_keep": _keep, "_tmpatch_live": _live}
+            "_tmpatch_hold": _hold, "_tmpatch_keep": _keep}
 
 
 UPDATE_COUNT = Rewrite(
     (Edit("self._update_count += 1\n",
           "if _tmpatch_compiling():\n    _tmpatch_count(self, _tmpatch_tally)\nelse:\n    self._update_count += 1\n"),
      Edit("update(*args, **kwargs)\n",
-          "if _tmpatch_compiling() and _tmpatch_live.on:\n"
+          "if _tmpatch_compiling():\n"
           "    _tmpatch_held = _tmpatch_hold(self)\n"
           "    update(*args, **kwargs)\n"
           "    _tmpatch_keep(self, _tmpatch_held)\n"

@@ -100,7 +100,7 @@ _EMPTY: Dict[str, Any] = {}
 def assign(self: Any, name: str, value: Any, *, _tmpatch_route: Route) -> None:
     """``Metric.__setattr__``: the plain store where the release's chain ends in one (module docstring)."""
     kind = type(value)
-    if _tmpatch_route.on and (kind in _PLAIN or kind is Tensor) and not compiling() and not pending.counts:
+    if _tmpatch_route.on and not compiling() and (kind in _PLAIN or kind is Tensor) and not pending.counts:
         attributes = self.__dict__
         free = _FREE.get(weakref.ref(type(self)), _EMPTY)
         if (name in attributes and (kind is not Tensor or not value.__dict__)
