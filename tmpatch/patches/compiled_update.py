@@ -63,6 +63,7 @@ bit for bit, in eager code; ``revert()`` folds what is pending and removes the d
 """
 from __future__ import annotations
 
+import logging
 import sys
 import weakref
 from types import ModuleType
@@ -71,6 +72,8 @@ from typing import Any, Callable, Dict, List, Optional
 from tmpatch import compiled, settings
 from tmpatch.compiled import compiling, pending
 from tmpatch.spec import Edit, Patch, Rewrite, Target, Variant, since, span
+
+log = logging.getLogger("tmpatch")
 
 #: the attribute of a metric that holds its update count (the release's)
 COUNT = "_update_count"
@@ -156,9 +159,14 @@ def fold() -> None:
     for tally in tallies:
         groups.setdefault(tally.counter.device, []).append(tally)
     added: Dict[int, int] = {}
-    for group in groups.values():
+    for device, group in groups.items():
         counters = [tally.counter for tally in group]
-        for tally, value in zip(group, torch.stack(counters).tolist()):
+        try:
+            values = torch.stack(counters).tolist()
+        except Exception as exc:  # noqa: BLE001 - tensors without values (the audit's simulated CUDA, meta)
+            log.debug("tmpatch: update counts on %s not read (%s: %s)", device, type(exc).__name__, exc)
+            continue
+        for tally, value in zip(group, values):
             added[id(tally)] = int(value)
         torch._foreach_zero_(counters)
     followers = []
@@ -168,7 +176,7 @@ def fold() -> None:
             continue
         if tally.leader is not None:
             followers.append((metric, tally))
-        elif added[id(tally)]:
+        elif added.get(id(tally)):
             state = metric.__dict__
             state[COUNT] = state.get(COUNT, 0) + added[id(tally)]
     for metric, tally in followers:
@@ -220,10 +228,11 @@ def _increment(metric: Any) -> None:
 _OUTSIDE = compiled.Outside(_increment)
 
 
-def _count(metric: Any, tally: Optional[Tally]) -> None:
+def _count(metric: Any) -> None:
     """The release's ``self._update_count += 1``, in compiled code (policy ``update_count``)."""
     policy = settings.policy.get("update_count", "device")
-    if policy == "device" and tally is not None and _live.on:
+    tally = tally_of(metric) if policy == "device" and _live.on else None
+    if tally is not None:
         tally.counter.add_(1)
         pending.counts = True
     elif policy == "traced":
@@ -274,16 +283,12 @@ def _update_names(module: ModuleType) -> Dict[str, Any]:
 
     zeros, long = torch.zeros, torch.long
 
-    def attach(metric: Any, update: Any) -> Tally:
+    def attach(metric: Any, update: Any) -> None:
         """Give the metric (built now, or unpickled) its tally, held by its wrapped ``update``."""
         tally = Tally(metric, zeros((), dtype=long))
         _mark(tally.counter)
-        try:
-            setattr(update, TALLY, tally)
-        except AttributeError:  # not a function: compiled updates of it count outside the graph
-            return None  # type: ignore[return-value]
+        setattr(update, TALLY, tally)
         _tallies.add(tally)
-        return tally
 
     return {"_tmpatch_compiling": compiling, "_tmpatch_count": _count, "_tmpatch_attach": attach,
             "_tmpatch_hold": _hold, "_tmpatch_keep": _keep}
@@ -291,7 +296,7 @@ def _update_names(module: ModuleType) -> Dict[str, Any]:
 
 UPDATE_COUNT = Rewrite(
     (Edit("self._update_count += 1\n",
-          "if _tmpatch_compiling():\n    _tmpatch_count(self, _tmpatch_tally)\nelse:\n    self._update_count += 1\n"),
+          "if _tmpatch_compiling():\n    _tmpatch_count(self)\nelse:\n    self._update_count += 1\n"),
      Edit("update(*args, **kwargs)\n",
           "if _tmpatch_compiling():\n"
           "    _tmpatch_held = _tmpatch_hold(self)\n"
@@ -299,7 +304,7 @@ UPDATE_COUNT = Rewrite(
           "    _tmpatch_keep(self, _tmpatch_held)\n"
           "else:\n"
           "    update(*args, **kwargs)\n"),
-     Edit("return wrapped_func\n", "_tmpatch_tally = _tmpatch_attach(self, wrapped_func)\nreturn wrapped_func\n")),
+     Edit("return wrapped_func\n", "_tmpatch_attach(self, wrapped_func)\nreturn wrapped_func\n")),
     _update_names,
 )
 
@@ -434,7 +439,8 @@ def _fill_xla() -> None:
 def _after_revert() -> None:
     """Fold what compiled updates left pending, take the descriptor away, put the XLA flag back."""
     _live.on = False
-    fold()
+    if pending.counts:
+        fold()
     metric = sys.modules.get("torchmetrics.metric")
     cls = getattr(metric, "Metric", None)
     if cls is not None and vars(cls).get(COUNT) is _SLOT:
