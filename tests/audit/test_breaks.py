@@ -105,6 +105,20 @@ def test_no_tmpatch_code_breaks_a_wrapped_aggregations_update() -> None:
     assert not [site for site in row.breaks["patched"].sites if site.startswith("tmpatch/")], row.breaks
 
 
+def test_the_audit_compiles_copies_and_leaves_the_originals_count() -> None:
+    """The copies keep their originals' own update functions: the tally those hold (the count of
+    compiled updates) must be the copy's, or the audit's compiled calls count for the original."""
+    import tmpatch
+    from tmpatch.audit.rows import update_all
+    from torchmetrics.classification import MulticlassAccuracy
+
+    tmpatch.apply()
+    metric = MulticlassAccuracy(num_classes=3, validate_args=False)
+    found = graph_breaks(update_all, [(metric, (torch.rand(8, 3), torch.randint(0, 3, (8,))), {})])
+    assert not found.error and found.count == 0, found
+    assert metric.update_count == 0 and not metric.update_called
+
+
 @pytest.mark.once
 def test_the_command_line_adds_the_column_and_the_json_its_field(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["--graph-breaks", "--metric", "SumMetric", "--simulated"]) == 0

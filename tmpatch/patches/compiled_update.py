@@ -144,6 +144,13 @@ def tally_of(metric: Any) -> Optional[Tally]:
     return getattr(update, TALLY, None)
 
 
+def mirror(original: Any, twin: Any) -> Optional[tuple]:
+    """``(original's tally, twin's)`` when both have one: a copy that takes over its original's
+    own functions (the audit's) must count into its own tally (``None`` otherwise)."""
+    mine, theirs = tally_of(original), tally_of(twin)
+    return None if mine is None or theirs is None or mine is theirs else (mine, theirs)
+
+
 def fold() -> None:
     """Add every tally's counter to its metric's count (a follower takes its leader's) and zero
     them: one device read per device (every tally: which ones compiled updates added to is not
