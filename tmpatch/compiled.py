@@ -209,7 +209,7 @@ def when_dynamo(callback: Callable[[Any], None]) -> None:
     when it is; once either way."""
     if _state.dynamo_bound and DYNAMO in sys.modules:
         callback(sys.modules[DYNAMO])
-    else:
+    elif callback not in _callbacks:
         _callbacks.append(callback)
 
 

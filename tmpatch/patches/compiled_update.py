@@ -113,6 +113,7 @@ def live() -> bool:
     """Whether the patch is applied (compiled updates of metrics built since count on the device)."""
     return _live.on
 
+
 #: every tally (held by its metric's ``update``), for :func:`fold`
 _tallies: "weakref.WeakSet[Tally]" = weakref.WeakSet()
 
