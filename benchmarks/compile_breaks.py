@@ -13,7 +13,8 @@ graph-break counter over the run (dynamo counts a break once per frame it restar
 one break inside nested calls counts 2-4 times); ``sites`` are the distinct places
 (file:line) where the first step breaks, from ``torch._dynamo.explain`` on a fresh
 metric (it does not count a call to a ``torch._dynamo.disable``-d function: ``+count``
-marks the one compiled_update makes on purpose, where the update count is raised);
+marks the one compiled_update makes on purpose under ``TMPATCH_UPDATE_COUNT=outside``,
+where the update count is raised; by default it is added on the device, in the graph);
 ``recompiles`` the frames compiled after the first step.
 ``same``: the states after the run equal those of eager updates (NaN equal to NaN).
 Unpatched and patched (``tmpatch.apply()`` before the metrics are built) run in separate

@@ -1,31 +1,39 @@
-"""A compiled evaluation step with metric updates: step time and graph breaks, with and without tmpatch.
+"""A compiled evaluation step with metric updates: step time, graph breaks and recompiles, eager and
+compiled, with and without tmpatch.
 
-    python benchmarks/compile_step.py                         # releases 1.6.1 and 1.9.0 from .matrix/, CPU
-    python benchmarks/compile_step.py --release 1.9.0 --rounds 15
-    python benchmarks/compile_step.py --here                  # the torchmetrics on the path
-    python benchmarks/compile_step.py --here --device cuda --backend inductor --batch 256   # on a GPU
+    python benchmarks/compile_step.py                           # release 1.9.0 from .matrix/, CPU, inductor
+    python benchmarks/compile_step.py --release 1.6.1 --set collection
+    python benchmarks/compile_step.py --here --backend eager    # the torchmetrics on the path
+    python benchmarks/compile_step.py --here --device cuda --batch 256          # on a GPU
 
-The step, compiled with ``torch.compile`` (``--backend``, default ``eager``): a small
-MLP's forward on a pre-built batch, its cross-entropy loss, and the updates of
-MeanMetric (the loss), MulticlassAccuracy, MulticlassF1Score and
-MulticlassConfusionMatrix (``validate_args=False``). Variants, each in its own child
-process (tmpatch's layers are global: a process cannot hold a patched and an
-unpatched compiled step without recompiling): ``no metrics``, ``unpatched``,
-``patched`` (``tmpatch.apply()`` before the metrics are built) and ``unpatched again``
-(the null row: the same code as ``unpatched``, the noise floor). The unpatched
-variants make one eager update before compiling: on torch 2.6+ a first compiled
-``_bincount`` fails on the release's lazy ``_XLA_AVAILABLE`` check otherwise.
+The step, on pre-built batches of logits and targets (no grad): the cross-entropy loss and
+metric updates (``validate_args=False``, ``--classes`` classes); ``--model mlp`` computes the
+logits with a small MLP's forward first:
 
-Each child compiles its step, warms up, then times blocks of ``--number`` steps when
-the parent asks; the parent runs ``--rounds`` rounds, each round one block of every
-variant in rotating order, and reports per-round ratios to ``unpatched`` (median and
-interquartile range): sides a second apart see nearly the same load on a shared
-machine. The clock is the thread's CPU time on the CPU (one torch thread), wall time
-with a synchronize on CUDA. Also reported per variant: the compile time of the first
-step, dynamo's graph-break count, the graphs compiled, and whether a later step
-recompiled. The figure to read: patched/unpatched step time, and patched breaks
-(only the update count's, one per metric). Writes stdout only; compile_step.txt holds
-the last recorded run.
+* ``--set published`` (default): the published case's five updates, MeanMetric of the loss,
+  multiclass Accuracy, Precision, Recall and F1;
+* ``--set families``: MeanMetric of the loss, multiclass Accuracy, a confusion matrix and a
+  binned precision-recall curve (``thresholds=20``);
+* ``--set collection``: a MetricCollection of Accuracy, Precision, Recall, F1 and a
+  confusion matrix (its compute groups formed by one eager update first), and MeanMetric.
+
+Variants, each in its own child process (tmpatch's layers are global): ``no metrics``
+(compiled), ``eager release`` and ``eager patched`` (the step not compiled), ``compiled
+release`` (``torch.compile(step)``, one eager update first: on torch 2.6+ a first compiled
+``_bincount`` crashes on the release's lazy ``_XLA_AVAILABLE`` check otherwise), ``compiled
+patched`` (``fullgraph=True``, the default ``update_count`` policy), ``compiled outside``
+(patched, ``update_count="outside"``: the former default, a graph break per update) and
+``eager patched again`` (the null row: the code of ``eager patched``).
+
+Each child builds and compiles its step, warms up, then times blocks of ``--number`` steps
+when the parent asks; the parent runs ``--rounds`` rounds, each round one block of every
+variant in rotating order, and reports per-round ratios to ``eager patched`` (median and
+interquartile range): sides a second apart see nearly the same load on a shared machine.
+The clock is the thread's CPU time on the CPU (one torch thread), wall time with a
+synchronize on CUDA. Also per variant: the first step's time (compile), dynamo's
+graph-break count, the graphs compiled at the first step, and the frames compiled after it
+over every later step (``recompiled``: warm-up and timing, ``--warmup`` + rounds x number
+steps). Writes stdout only; compile_step.txt holds the last recorded run.
 """
 from __future__ import annotations
 
@@ -38,8 +46,26 @@ import time
 from typing import Dict, List, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RELEASES = ("1.6.1", "1.9.0")
-VARIANTS = ("no metrics", "unpatched", "patched", "unpatched again")
+VARIANTS = ("no metrics", "eager release", "eager patched", "compiled release", "compiled patched",
+            "compiled outside", "eager patched again")
+BASE = "eager patched"
+
+
+def _metrics(which: str, classes: int):
+    from torchmetrics import MeanMetric, MetricCollection
+    from torchmetrics.classification import (MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score,
+                                             MulticlassPrecision, MulticlassPrecisionRecallCurve, MulticlassRecall)
+
+    kw = {"num_classes": classes, "validate_args": False}
+    if which == "published":
+        return [MeanMetric()] + [cls(**kw) for cls in (MulticlassAccuracy, MulticlassPrecision, MulticlassRecall,
+                                                       MulticlassF1Score)]
+    if which == "families":
+        return [MeanMetric(), MulticlassAccuracy(**kw), MulticlassConfusionMatrix(**kw),
+                MulticlassPrecisionRecallCurve(thresholds=20, **kw)]
+    return [MeanMetric(), MetricCollection([cls(**kw) for cls in (MulticlassAccuracy, MulticlassPrecision,
+                                                                  MulticlassRecall, MulticlassF1Score,
+                                                                  MulticlassConfusionMatrix)])]
 
 
 # -- the child: one variant ---------------------------------------------------------------
@@ -50,34 +76,32 @@ def child(args: argparse.Namespace, variant: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    if variant == "patched":
+    patched = "patched" in variant or variant == "compiled outside"
+    if patched:
         import tmpatch
 
-        tmpatch.apply()
+        tmpatch.apply(update_count="outside" if variant == "compiled outside" else "device")
     import torch._dynamo
     from torch._dynamo.utils import counters
-    from torchmetrics import MeanMetric
-    from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score
 
     device = torch.device(args.device)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(args.features, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, args.classes)).to(device).eval()
-    metrics = [] if variant == "no metrics" else [
-        MeanMetric(),
-        MulticlassAccuracy(num_classes=args.classes, validate_args=False),
-        MulticlassF1Score(num_classes=args.classes, validate_args=False),
-        MulticlassConfusionMatrix(num_classes=args.classes, validate_args=False),
-    ]
-    metrics = [m.to(device) for m in metrics]
-    batches = [(torch.randn(args.batch, args.features, device=device),
+    if args.model == "mlp":
+        model = torch.nn.Sequential(torch.nn.Linear(args.features, 128), torch.nn.ReLU(),
+                                    torch.nn.Linear(128, args.classes)).to(device).eval()
+    else:
+        model = torch.nn.Identity()
+    metrics = [] if variant == "no metrics" else [m.to(device) for m in _metrics(args.set, args.classes)]
+    features = args.features if args.model == "mlp" else args.classes
+    batches = [(torch.randn(args.batch, features, device=device),
                 torch.randint(0, args.classes, (args.batch,), device=device)) for _ in range(8)]
-    if variant.startswith("unpatched") and metrics:
-        # unpatched, a first compiled _bincount fails on torch 2.6+ (the lazy _XLA_AVAILABLE check);
-        # one eager update, as a user would add, fills that cache first
-        for metric in metrics[1:]:
-            metric.update(model(batches[0][0]), batches[0][1])
-            metric.reset()
+    if metrics and (variant == "compiled release" or args.set == "collection"):
+        # the release's first compiled _bincount crashes on torch 2.6+ without an eager update first (the lazy
+        # _XLA_AVAILABLE check); a collection forms its compute groups at its first eager update
+        with torch.no_grad():
+            logits = model(batches[0][0])
+            for metric in metrics[1:]:
+                metric.update(logits, batches[0][1])
 
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
@@ -89,26 +113,22 @@ def child(args: argparse.Namespace, variant: str) -> None:
                     metric.update(logits, y)
         return loss
 
-    compiled = torch.compile(step, backend=args.backend)
+    if variant.startswith("eager"):
+        run = step
+    else:
+        run = torch.compile(step, backend=args.backend, fullgraph=variant in ("compiled patched", "no metrics"))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     clock = time.perf_counter_ns if device.type == "cuda" else time.thread_time_ns
     start = time.perf_counter()
-    compiled(*batches[0])
+    run(*batches[0])
     sync()
     compile_s = time.perf_counter() - start
     breaks, graphs = sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
-    recompiled = False
-    try:
-        with torch._dynamo.config.patch(error_on_recompile=True):
-            for i in range(args.warmup):
-                compiled(*batches[i % len(batches)])
-    except torch._dynamo.exc.RecompileError:
-        recompiled = True
-        for i in range(args.warmup):
-            compiled(*batches[i % len(batches)])
+    for i in range(args.warmup):
+        run(*batches[i % len(batches)])
     sync()
-    reasons = sorted({r.splitlines()[0][:70] for r in counters["graph_break"]})
-    print(f"ready {compile_s:.2f} {breaks} {graphs} {int(recompiled)} {' | '.join(reasons) or '-'}", flush=True)
+    reasons = sorted({r.splitlines()[0][:60] for r in counters["graph_break"]})
+    print(f"ready {compile_s:.2f} {breaks} {graphs} {' | '.join(reasons) or '-'}", flush=True)
     i = 0
     for line in sys.stdin:
         if line.strip() != "go":
@@ -116,10 +136,10 @@ def child(args: argparse.Namespace, variant: str) -> None:
         sync()
         t0 = clock()
         for _ in range(args.number):
-            compiled(*batches[i % len(batches)])
+            run(*batches[i % len(batches)])
             i += 1
         sync()
-        print((clock() - t0) / args.number, flush=True)
+        print((clock() - t0) / args.number, counters["stats"]["unique_graphs"] - graphs, flush=True)
 
 
 # -- the parent ---------------------------------------------------------------------------
@@ -137,51 +157,59 @@ def measure(args: argparse.Namespace, env: Dict[str, str]) -> List[str]:
                                           stderr=log, text=True)
     info = {}
     for variant, proc in procs.items():
-        line = proc.stdout.readline().split(" ", 5)
+        line = proc.stdout.readline().rstrip("\n").split(" ", 4)
         if not line or line[0] != "ready":
             raise RuntimeError(f"{variant}: child failed to start (see {args.logs})")
         info[variant] = line
     times: Dict[str, List[float]] = {v: [] for v in VARIANTS}
+    later: Dict[str, int] = {v: 0 for v in VARIANTS}
     for r in range(args.rounds):
         order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
         for variant in order:
             proc = procs[variant]
             proc.stdin.write("go\n")
             proc.stdin.flush()
-            times[variant].append(float(proc.stdout.readline()))
+            took, more = proc.stdout.readline().split()
+            times[variant].append(float(took))
+            later[variant] = int(more)
     for proc in procs.values():
         proc.stdin.close()
         proc.wait()
-    base = times["unpatched"]
-    out = [f"  {'variant':<16} {'step':>10}   {'ratio to unpatched [IQR]':<26} {'compile':>8} {'breaks':>6} "
+    base = times[BASE]
+    steps = args.warmup + args.rounds * args.number
+    out = [f"  {'variant':<20} {'step':>10}   {'ratio to eager patched':<24} {'1st step':>8} {'breaks':>6} "
            f"{'graphs':>6} {'recompiled':>10}  break reasons"]
     for variant in VARIANTS:
         ratios = [t / b for t, b in zip(times[variant], base)]
-        _, compile_s, breaks, graphs, recompiled, reasons = info[variant]
-        out.append(f"  {variant:<16} {statistics.median(times[variant]) / 1e3:8.1f}us   {_quartiles(ratios):<26} "
-                   f"{float(compile_s):7.1f}s {breaks:>6} {graphs:>6} {'yes' if recompiled == '1' else 'no':>10}  "
-                   f"{reasons.strip()}")
+        _, compile_s, breaks, graphs, reasons = info[variant]
+        eager = variant.startswith("eager")
+        out.append(f"  {variant:<20} {statistics.median(times[variant]) / 1e3:8.1f}us   {_quartiles(ratios):<24} "
+                   f"{float(compile_s):7.1f}s {'-' if eager else breaks:>6} {'-' if eager else graphs:>6} "
+                   f"{'-' if eager else later[variant]:>10}  {'' if eager else reasons.strip()}")
+    out.append(f"  (recompiled: frames compiled after the first step, over {steps} later steps)")
     return out
 
 
 def _forward(args: argparse.Namespace) -> List[str]:
     return ["--device", args.device, "--backend", args.backend, "--batch", str(args.batch), "--classes",
             str(args.classes), "--features", str(args.features), "--number", str(args.number),
-            "--warmup", str(args.warmup)]
+            "--warmup", str(args.warmup), "--set", args.set, "--model", args.model]
 
 
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--release", action="append", help="a release from .matrix/ (repeatable)")
+    parser.add_argument("--release", action="append", help="a release from .matrix/ (repeatable; default 1.9.0)")
     parser.add_argument("--here", action="store_true", help="the torchmetrics on the path")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--backend", default="eager")
+    parser.add_argument("--backend", default="inductor")
+    parser.add_argument("--set", default="published", choices=("published", "families", "collection"))
+    parser.add_argument("--model", default="none", choices=("none", "mlp"))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--number", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--number", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--logs", default=os.environ.get("TMPDIR", "/tmp"), help="where the children's stderr goes")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -191,7 +219,7 @@ def main(argv: List[str]) -> int:
     import torch
 
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    releases = [None] if args.here else (args.release or list(RELEASES))
+    releases = [None] if args.here else (args.release or ["1.9.0"])
     for release in releases:
         run_env = dict(env)
         if release is not None:
@@ -202,8 +230,9 @@ def main(argv: List[str]) -> int:
             import torchmetrics
 
             name = torchmetrics.__version__
-        print(f"torchmetrics {name}, torch {torch.__version__}, {args.device}, backend {args.backend}, "
-              f"batch {args.batch}, {args.classes} classes; {args.rounds} rounds x {args.number} steps", flush=True)
+        print(f"torchmetrics {name}, torch {torch.__version__}, {args.device}, backend {args.backend}, set "
+              f"{args.set}, model {args.model}, batch {args.batch}, {args.classes} classes; {args.rounds} rounds x {args.number} steps",
+              flush=True)
         for line in measure(args, run_env):
             print(line, flush=True)
     return 0

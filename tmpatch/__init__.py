@@ -17,6 +17,7 @@ _EXPORTS = {
     "TmpatchError": "tmpatch.api",
     "TmpatchWarning": "tmpatch.api",
     "apply": "tmpatch.api",
+    "capture": "tmpatch.capture",
     "get_original": "tmpatch.api",
     "is_patched": "tmpatch.api",
     "patch_names": "tmpatch.api",
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
         revert,
         status,
     )
+    from tmpatch.capture import capture  # noqa: F401
     from tmpatch.patches.coalesced_sync.wire import CoalescedSyncError  # noqa: F401
     from tmpatch.report import PatchStatus, Report, State  # noqa: F401
 

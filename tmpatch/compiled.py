@@ -55,6 +55,28 @@ class _State:
 
 _state = _State()
 _outsides: List["Outside"] = []
+#: called with ``torch._dynamo`` once it is imported (:func:`when_dynamo`)
+_callbacks: List[Callable[[Any], None]] = []
+
+
+class _Pending:
+    """``counts``: True from the first compiled update that left its count on the device
+    (``compiled_update``'s tallies, a store torch.compile replays after its graph) until
+    host code reads or writes an update count again, which folds them all. Read on hot
+    paths (``update_bookkeeping``'s plain stores stand aside while it is True)."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts = False
+
+
+pending = _Pending()
+
+#: a class attribute whose type has this attribute set True is a data descriptor that stores
+#: into the instance's ``__dict__`` while :data:`pending` has nothing (``compiled_update``'s
+#: ``Metric._update_count``): a plain store may stand for it then
+PLAIN_SLOT = "_tmpatch_plain_slot"
 
 
 def compiling() -> bool:
@@ -178,6 +200,17 @@ def on_dynamo(module: Any) -> None:
     for outside in _outsides:
         outside._bind(module)
     _state.dynamo_bound = True
+    for callback in list(_callbacks):
+        callback(module)
+
+
+def when_dynamo(callback: Callable[[Any], None]) -> None:
+    """Call ``callback(torch._dynamo)`` now if it is imported and bound (:func:`prepare`), else
+    when it is; once either way."""
+    if _state.dynamo_bound and DYNAMO in sys.modules:
+        callback(sys.modules[DYNAMO])
+    elif callback not in _callbacks:
+        _callbacks.append(callback)
 
 
 def prepare(arm: Callable[[str, Callable[[Any], None]], None]) -> None:

@@ -151,10 +151,10 @@ SETTINGS = (
     Setting("bincount", "values outside [0, num_classes) under the bincount patch: recorded on the device and "
             "reported at compute() (deferred), or the release's own _bincount (eager)",
             choices=("deferred", "eager"), policy=True),
-    Setting("update_count", "how a compiled update() raises the metric's update count: run eagerly, one graph "
-            "break, no recompile (outside), or in the graph, fullgraph=True works, torch.compile guards on the "
-            "count (traced)",
-            choices=("outside", "traced"), policy=True),
+    Setting("update_count", "how a compiled update() raises the metric's update count: on the metric's device in "
+            "the graph, folded into the count at its next read (device), run eagerly, one graph break per update "
+            "(outside), or the release's increment in the graph, which torch.compile guards (traced)",
+            choices=("device", "outside", "traced"), policy=True),
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -82,14 +82,14 @@ def test_a_crash_is_reported_not_raised() -> None:
 
 @heavy
 def test_the_panel_shows_the_nan_checks_break_gone_when_patched() -> None:
-    """MeanMetric's update: the release's ``if nans.any()`` is a break site; patched, none
-    (the update count runs outside the graph: ``+1``)."""
+    """MeanMetric's update: the release's ``if nans.any()`` is a break site; patched, none, and
+    nothing runs outside the graph (the update count is added on the device)."""
     from tmpatch.audit.panel import run_panel
 
     row = run_panel(["MeanMetric (default weight)"], real=False, breaks=True).rows[0]
     before, after = row.breaks["unpatched"], row.breaks["patched"]
     assert any("aggregation.py" in site for site in before.sites), before
-    assert after.sites == [] and not after.error and after.recompiles == 0, after
+    assert after.sites == [] and after.outside == 0 and not after.error and after.recompiles == 0, after
     assert row.to_dict()["graph_breaks"]["patched"]["sites"] == []
 
 
@@ -105,14 +105,29 @@ def test_no_tmpatch_code_breaks_a_wrapped_aggregations_update() -> None:
     assert not [site for site in row.breaks["patched"].sites if site.startswith("tmpatch/")], row.breaks
 
 
+def test_the_audit_compiles_copies_and_leaves_the_originals_count() -> None:
+    """The copies keep their originals' own update functions: the tally those hold (the count of
+    compiled updates) must be the copy's, or the audit's compiled calls count for the original."""
+    import tmpatch
+    from tmpatch.audit.rows import update_all
+    from torchmetrics.classification import MulticlassAccuracy
+
+    tmpatch.apply()
+    metric = MulticlassAccuracy(num_classes=3, validate_args=False)
+    found = graph_breaks(update_all, [(metric, (torch.rand(8, 3), torch.randint(0, 3, (8,))), {})])
+    assert not found.error and found.count == 0, found
+    assert metric.update_count == 0 and not metric.update_called
+
+
 @pytest.mark.once
 def test_the_command_line_adds_the_column_and_the_json_its_field(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["--graph-breaks", "--metric", "SumMetric", "--simulated"]) == 0
     text = capsys.readouterr().out
-    assert "graph breaks" in text and "-> 0+1" in text
+    assert "graph breaks" in text and "1 -> 0 " in text
     assert cli.main(["--graph-breaks", "--metric", "SumMetric", "--simulated", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["rows"][0]["graph_breaks"]["patched"]["outside"] == 1
+    assert data["rows"][0]["graph_breaks"]["patched"] == {"sites": [], "outside": 0, "recompiles": 0, "steps": 3,
+                                                          "error": None}
 
 
 @pytest.mark.once

@@ -1,6 +1,6 @@
 """Compiled updates of the metrics whose patches mark the running update (issue 14's
 retrieval, nominal, fairness and Tweedie patches): their marker is a
-``compiled.ContextSlot``, so the update traces with one break (the update count), no
+``compiled.ContextSlot``, so the update traces in one graph (``fullgraph=True``), with no
 recompile (but for list states, whose length torch.compile guards on), and the states of
 eager updates. A ContextVar there was a graph break inside
 the update (dynamo cannot trace one)."""
@@ -13,7 +13,7 @@ import torch
 
 import tmpatch
 from tests.conftest import assert_bitwise
-from tests.patches.test_compiled_update import OWN_BREAK, heavy
+from tests.patches.test_compiled_update import heavy
 from tests.patches.test_compiled_update import pytestmark as _torch_2_5
 
 pytestmark = _torch_2_5  # torch 2.5+
@@ -45,7 +45,7 @@ def _cases() -> Dict[str, Tuple[Callable[[], Any], Callable[[torch.Generator], T
 
 @heavy
 @pytest.mark.parametrize("name", ["RetrievalMAP", "CramersV", "TweedieDevianceScore", "BinaryFairness"])
-def test_a_marked_update_compiles_with_the_update_count_break_only(name):
+def test_a_marked_update_compiles_in_one_graph(name):
     tmpatch.apply()
     make, inputs = _cases()[name]
     g = torch.Generator().manual_seed(0)
@@ -53,14 +53,14 @@ def test_a_marked_update_compiles_with_the_update_count_break_only(name):
     metric, eager = make(), make()
     dynamo.reset()
     counters.clear()
-    step = torch.compile(lambda args: metric.update(*args), backend="eager")
+    step = torch.compile(lambda args: metric.update(*args), backend="eager", fullgraph=True)
     step(batches[0])
     lists = any(isinstance(default, list) for default in metric._defaults.values())
     with dynamo.config.patch(error_on_recompile=not lists):  # a list state's length is a guard (README)
         for batch in batches[1:]:
             step(batch)
-    breaks = [reason.splitlines()[0][:200] for reason in counters["graph_break"] if OWN_BREAK not in reason]
-    assert breaks == []
+    assert [reason.splitlines()[0][:200] for reason in counters["graph_break"]] == []
+    assert metric.update_count == len(batches)
     for batch in batches:
         eager.update(*batch)
     for key in metric._defaults:

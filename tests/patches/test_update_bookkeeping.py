@@ -63,6 +63,25 @@ def test_update_assigns_without_module_setattr():
     assert metrics[0]._update_count == metrics[1]._update_count == 2
 
 
+def test_the_count_descriptor_of_compiled_update_is_a_plain_store_while_nothing_is_pending():
+    """compiled_update makes ``Metric._update_count`` a data descriptor: a class attribute, which
+    this patch otherwise leaves to torch's path; a plain store while no compiled count waits."""
+    from tmpatch.compiled import pending
+
+    tmpatch.apply(["compiled_update", "update_bookkeeping"])
+    metric = MulticlassConfusionMatrix(num_classes=5)
+    preds, target = torch.rand(16, 5).softmax(1), torch.randint(0, 5, (16,))
+    assert "_update_count" in vars(Metric)
+    assert _module_setattr_calls(lambda: metric.update(preds, target)) == []
+    pending.counts = True  # as a compiled update leaves it: stores take torch's path until a read folds
+    try:
+        assert _module_setattr_calls(lambda: metric.update(preds, target)) == ["_computed"]
+        assert not pending.counts  # the update's read of its count folded
+    finally:
+        pending.counts = False
+    assert metric.update_count == 2
+
+
 def _sequence(metric, batches):
     out = []
     for preds, target in batches:

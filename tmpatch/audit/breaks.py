@@ -6,7 +6,8 @@ generation) on the CPU tensors it is given, as a user's compiled step would, and
 * the distinct places (``file:line``) where the first call breaks the graph, with dynamo's
   reason (``torch._dynamo.explain``);
 * calls left out of the graph on purpose (a ``torch.compiler.disable``-d function, such
-  as compiled_update's update count): one break each, which ``explain`` does not list;
+  as compiled_update's update count under ``update_count="outside"``): one break each,
+  which ``explain`` does not list;
 * the frames compiled again after the first call (recompiles), over ``steps`` calls;
 * the error, when the first call raises inside dynamo (a crash).
 
@@ -128,5 +129,5 @@ def describe(before: Optional[Breaks], after: Optional[Breaks]) -> List[str]:
     lines += [f"graph break at {site}" for site in after.sites]
     if after.outside:
         lines.append(f"{after.outside} call(s) run outside the graph on purpose (torch.compiler.disable), "
-                     "e.g. the update count: tmpatch.apply(update_count='traced') keeps it in the graph")
+                     "e.g. the update count under update_count='outside' (the default, 'device', adds it in the graph)")
     return lines

@@ -239,11 +239,15 @@ def _keep_functions(original: torch.nn.Module, twin: torch.nn.Module, memo: Dict
     reports what a new metric would do.
     """
     from tmpatch import deferred
+    from tmpatch.patches import compiled_update
 
     for source, copied in zip(original.modules(), twin.modules()):
         books = deferred.mirror(source, copied)  # tmpatch's own record of the metric: as the original's
         if books is not None:
             memo.setdefault(id(books[0]), books[1])
+        tallies = compiled_update.mirror(source, copied)  # its compiled updates' count: the twin's own
+        if tallies is not None:
+            memo.setdefault(id(tallies[0]), tallies[1])
         own = vars(copied)
         for name, value in vars(source).items():
             if isinstance(value, types.FunctionType) and value.__closure__:

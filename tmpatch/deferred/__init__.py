@@ -63,8 +63,8 @@ _records: Dict[str, "Record"] = {}
 class Book:
     """The pending counts of one metric: record key -> 0-d integer tensor on its device.
 
-    Compiled updates add to ``traced`` instead: a 0-d zero per record, made with the book
-    on the metric's device (and moved with it), so that a compiled step finds the same
+    Compiled updates add to ``traced`` instead, in place: a 0-d zero per record, made with the
+    book on the metric's device (and moved with it), so that a compiled step finds the same
     entries at every step (a count appearing, or changing device, would recompile it);
     ``marked`` says they hold something. :func:`gather` folds them into ``counts``."""
 
@@ -142,8 +142,8 @@ def gather(book: Book) -> None:
     book.marked = False
     for key, value in list(book.traced.items()):
         old = book.counts.get(key)
-        book.counts[key] = value if old is None else old + value
-        book.traced[key] = value.new_zeros(())
+        book.counts[key] = value.clone() if old is None else old + value
+        value.zero_()  # the entry keeps its address (a static input of a captured CUDA graph)
 
 
 def mirror(original: Any, twin: Any) -> Optional[Tuple[Book, Book]]:
@@ -235,8 +235,8 @@ class Record:
                 return False
             old = book.traced.get(self.key)
             if old is not None:  # the same entry at every step: nothing for torch.compile to recompile
-                book.traced[self.key] = old + amount
-                book.marked = True
+                old.add_(amount)  # in place: the book's dict is not rebuilt after the graph, nor guarded whole,
+                book.marked = True  # and the entry keeps its address (a CUDA graph captures the add)
                 return True
         else:
             book = _books.get(id(metric))

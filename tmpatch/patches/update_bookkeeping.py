@@ -24,7 +24,8 @@ everywhere else:
   checks read an ``_is_param`` / ``_is_buffer`` attribute); the name is already an
   instance attribute, not a parameter, buffer or submodule, and no attribute of the class
   or its bases (no property or other descriptor, none of the constants the release
-  protects, which are class attributes); and torch.compile is not tracing.
+  protects, which are class attributes; ``compiled_update``'s ``_update_count`` is one that
+  stores so while no compiled update's count is pending); and torch.compile is not tracing.
   Which names a class and its bases lack is remembered per class (a lookup that misses
   costs an exception): a class attribute added later under the name of an instance
   attribute already assigned is not seen.
@@ -48,7 +49,7 @@ import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, Set
 
-from tmpatch.compiled import compiling
+from tmpatch.compiled import PLAIN_SLOT, compiling, pending
 from tmpatch.spec import Edit, Patch, Requirement, Rewrite, Route, Target, Variant, inline, since, span
 
 #: torch's code the repair stands for, by fingerprint: what ``nn.Module.__setattr__`` does with a value
@@ -76,8 +77,10 @@ _MISSING = object()
 
 
 def _free(cls: type, name: str) -> bool:
-    """Whether ``name`` is no attribute of ``cls`` or its bases (so no descriptor, no constant)."""
-    if getattr(cls, name, _MISSING) is not _MISSING:
+    """Whether ``name`` is no attribute of ``cls`` or its bases (so no descriptor, no constant), or one
+    whose store is a plain one while nothing is pending (``compiled.PLAIN_SLOT``)."""
+    found = getattr(cls, name, _MISSING)
+    if found is not _MISSING and not getattr(type(found), PLAIN_SLOT, False):
         return False
     free = _FREE.get(weakref.ref(cls))
     if free is None:
@@ -97,7 +100,7 @@ _EMPTY: Dict[str, Any] = {}
 def assign(self: Any, name: str, value: Any, *, _tmpatch_route: Route) -> None:
     """``Metric.__setattr__``: the plain store where the release's chain ends in one (module docstring)."""
     kind = type(value)
-    if _tmpatch_route.on and (kind in _PLAIN or kind is Tensor) and not compiling():
+    if _tmpatch_route.on and not compiling() and (kind in _PLAIN or kind is Tensor) and not pending.counts:
         attributes = self.__dict__
         free = _FREE.get(weakref.ref(type(self)), _EMPTY)
         if (name in attributes and (kind is not Tensor or not value.__dict__)

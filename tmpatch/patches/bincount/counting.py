@@ -102,7 +102,7 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
     no ``minlength``) the release's own ``_bincount`` runs."""
     import torch
 
-    zeros, where, int64, bincount = torch.zeros, torch.where, torch.int64, torch.bincount
+    zeros, where, int64, int32, bincount = torch.zeros, torch.where, torch.int64, torch.int32, torch.bincount
     integral = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 
     @gated(current)
@@ -119,15 +119,19 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
                 out = None
             if out is not None and out.shape[0] == minlength:
                 return out
-        out = zeros(minlength, dtype=int64, device=x.device)
+        # compiled: int32 bins (exact: one update counts far fewer than 2**31 values), which inductor
+        # adds to in its own kernel; int64 scatters are a separate, unfused call of ATen's
+        kind = int32 if compiling() else int64
+        out = zeros(minlength, dtype=kind, device=x.device)
         if vouched:  # every value is in range or negative (a position left out): two kernels fewer.
             # The upper clamp only keeps a caller's defect in bounds (a CUDA scatter out of bounds
             # would end the process's CUDA context); every caller's codes stay below minlength
-            return out.scatter_add_(0, x.clamp(0, minlength - 1).long(), (x >= 0).long())
+            out.scatter_add_(0, x.clamp(0, minlength - 1).long(), (x >= 0).to(kind))
+            return out if kind is int64 else out.long()
         inside = (x >= 0) & (x < minlength)
-        out.scatter_add_(0, where(inside, x, 0).long(), inside.long())
+        out.scatter_add_(0, where(inside, x, 0).long(), inside.to(kind))
         if x.numel():
             update.bad(~inside)
-        return out
+        return out if kind is int64 else out.long()
 
     return _bincount
