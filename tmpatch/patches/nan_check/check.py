@@ -93,6 +93,8 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                 return x, (x if weight is None else weight.to(dtype))
             if weight is None:
                 nan = x != x  # isnan, in one kernel
+            elif x.is_complex() or weight.is_complex():  # no maximum for complex numbers
+                nan = (x != x) | (weight != weight)
             else:
                 both = maximum(x, weight)  # NaN exactly where either is (maximum propagates NaN)
                 nan = both != both
