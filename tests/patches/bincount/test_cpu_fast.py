@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import assert_bitwise, release_in
 from tests.patches.bincount import cases
 from tmpatch.patches.bincount import counting, metrics
 from torchmetrics import classification as cls
@@ -119,16 +120,65 @@ def test_each_path_takes_its_way(make, labels, way):
     assert _way(metric, preds, target) == way
 
 
-def test_deterministic_mode_reads_the_classes_first():
-    """There the release's _bincount counts with a mesh (or a loop) that drops codes out of range."""
+def test_deterministic_mode_records_every_counting_update():
+    """There the release's _bincount counts with a mesh (or a loop), slowly, and drops codes out of
+    range; a recorded update counts with torch.bincount, deterministic on the CPU."""
+    cases.apply()  # the replacement is built: the way's module globals are bound
     metric = cls.MulticlassConfusionMatrix(C, validate_args=False)
     preds, target = torch.rand(8, C), torch.randint(0, C, (8,))
     torch.use_deterministic_algorithms(True)
     try:
-        assert _way(metric, preds, target) == metrics.CHECKED
+        assert _way(metric, preds, target) == metrics.RECORDED
+        assert _way(cls.BinaryAUROC(thresholds=10), torch.rand(8), torch.randint(0, 2, (8,))) == metrics.RECORDED
     finally:
         torch.use_deterministic_algorithms(False)
     assert _way(metric, preds, target) == metrics.RELEASE_FIRST
+
+
+class _Repeats(torch.overrides.TorchFunctionMode):
+    """Counts ``Tensor.repeat`` calls: the release's mesh is ``arange(minlength).repeat(N, 1)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.repeat:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: cls.MulticlassAUROC(C, thresholds=50),
+    lambda: cls.BinaryAUROC(thresholds=50),
+    lambda: cls.MulticlassConfusionMatrix(C),
+    lambda: cls.MulticlassF1Score(C, validate_args=False),
+], ids=["multiclass-auroc", "binary-auroc", "confusion-matrix", "f1"])
+def test_deterministic_mode_counts_without_the_releases_mesh(make):
+    """The same states as the release's mesh, from torch.bincount."""
+    kind = "binary" if isinstance(make(), cls.BinaryAUROC) else "multiclass"
+    batches = _batches(kind, 3)
+
+    def run(patched: bool):
+        cases.apply() if patched else cases.unpatched()
+        metric = make()
+        mode = _Repeats()
+        torch.use_deterministic_algorithms(True)
+        try:
+            with mode:
+                for preds, target in batches:
+                    metric.update(preds, target)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        return mode.count, [s.clone() for s in cases.states(metric)]
+
+    meshes, expected = run(False)
+    if release_in(">=1.2.1"):  # before, a Python loop over the classes instead of the mesh
+        assert meshes == len(batches)  # the release: a mesh per update
+    meshes, actual = run(True)
+    assert meshes == 0
+    for got, want in zip(actual, expected):
+        assert_bitwise(got, want)
 
 
 def _raises_and_keeps_the_states(metric, preds, target, at, bad):

@@ -17,7 +17,8 @@ gives the same states and the same report; :func:`cpu_way` tells which of three 
   touches a state (``torch.bincount`` of a negative code, the ``reshape`` of a count
   longer than its bins, ``one_hot``): score predictions, an integer target,
   ``validate_args=False``, the vectorised curve sizes, not in deterministic mode (where ``_bincount`` counts with
-  a mesh that drops codes out of range). The release's update runs; only when it raises
+  a mesh that drops codes out of range, and slowly: there every counting update is recorded, and counted
+  with ``torch.bincount``, which is deterministic on the CPU). The release's update runs; only when it raises
   is the update recorded and run again (an error of another kind is raised again there);
 * ``CHECKED``: label predictions, micro averages, multilabel codes (where an invalid
   class can land in another cell without an error): the classes are read (free on the
@@ -89,8 +90,10 @@ def cpu_way(metric: Any, preds: Any, target: Any, curve: bool) -> int:
         return RECORDED
     classes = get("num_classes")
     scores = preds.is_floating_point()
-    first = (_FIRST and target.dtype in _INTEGRAL and get("validate_args") is False
-             and not _DETERMINISTIC())
+    # deterministic mode: the release's _bincount counts with an N x minlength mesh, on the CPU
+    # too; a recorded update counts with torch.bincount, deterministic on the CPU (same counts)
+    deterministic = _DETERMINISTIC()
+    first = _FIRST and target.dtype in _INTEGRAL and get("validate_args") is False and not deterministic
     if classes is not None:  # multiclass
         if type(classes) is not int or classes < 1:
             return RECORDED
@@ -106,13 +109,13 @@ def cpu_way(metric: Any, preds: Any, target: Any, curve: bool) -> int:
                 return RELEASE_FIRST
         elif curve or preds.shape != target.shape or not _classes_valid(preds, 0, classes, None):
             return RECORDED
-        return CHECKED if _classes_valid(target, 0, classes, ignore) else RECORDED
+        return CHECKED if not deterministic and _classes_valid(target, 0, classes, ignore) else RECORDED
     if preds.shape != target.shape:  # binary and multilabel
         return RECORDED
     if first and "num_labels" not in metric.__dict__ and (
             (curve and preds.numel() <= BINARY_CURVE_CUT) or (scores and not curve)):
         return RELEASE_FIRST
-    if not scores and not _classes_valid(preds, 0, 2, None):
+    if deterministic or (not scores and not _classes_valid(preds, 0, 2, None)):
         return RECORDED
     return CHECKED if _classes_valid(target, 0, 2, ignore) else RECORDED
 
