@@ -8,7 +8,9 @@ file's bytes, its path, the function's first line and name (and, for edited code
 edits and helper names); the file that holds the entries is named after the Python
 (``sys.implementation.cache_tag``, the bytecode magic) and a hash of tmpatch's code that
 computes them. So an entry is used only where computing it again would give the same
-value: a file that changes (even in place, keeping its size and time) is a miss.
+value: a file that changes (even in place, keeping its size and time) is a miss in every
+later process (within one process, a file's hash is kept while its size, time and inode
+stay, as ``linecache`` keeps its lines).
 
 Where: ``$XDG_CACHE_HOME/tmpatch`` (``~/.cache/tmpatch`` when the variable is unset or
 not an absolute path). A cache file that is missing, unreadable, from another version,
