@@ -6,15 +6,22 @@
 * ``os.fork()`` while another thread is inside apply()/revert(): the child is not stuck;
 * apply() before torchmetrics is imported, then revert(): no default argument keeps
   tmpatch's wrapper;
-* the inspection API on objects with odd attributes, and an unknown name in status().
+* the inspection API on objects with odd attributes, and an unknown name in status();
+* a batch whose error waits for compute() (a NaN with ``nan_strategy="error"``, a target out of
+  range) taken out of the metric before that compute: a checkpoint, ``torch.save``, a pickle,
+  ``merge_state`` into another metric, ``reset()``: the error is given there, exactly once, and
+  no copy of the data carries it away silently.
 """
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import signal
 import sys
 import threading
 import types
+import warnings
 from typing import List, Set, Tuple
 from unittest import mock
 
@@ -348,3 +355,86 @@ def test_an_unknown_name_in_status_names_the_valid_ones():
     assert text.startswith("unknown patch name(s) 'safe_divid' (did you mean 'safe_divide'?); valid names: "), text
     assert ", ".join(catalogue.NAMES) in text
     assert report["safe_divide"].name == "safe_divide" and report[0].name == catalogue.NAMES[0]
+
+
+# -- a bad batch taken out of the metric before its compute() ------------------------------------
+NAN = float("nan")
+
+
+def _nan_metric():
+    from torchmetrics.aggregation import MeanMetric
+
+    return MeanMetric(nan_strategy="error")
+
+
+def _range_metric():
+    from torchmetrics.classification import MulticlassAccuracy
+
+    return MulticlassAccuracy(num_classes=3, validate_args=False)
+
+
+#: the metric, a good batch, a bad one (upstream raises in update()), the error's words
+BAD_BATCHES = {
+    "nan": (_nan_metric, (torch.tensor([2.0, 6.0]),), (torch.tensor([NAN, 4.0]),), "`nan` values in tensor"),
+    "out of range": (_range_metric, (torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2])),
+                     (torch.tensor([0, 1, 2]), torch.tensor([0, 3, 2])), "tmpatch bincount: 1 value(s)"),
+}
+
+
+def _checkpoint(metric, build):
+    resumed = build()
+    resumed.persistent(True)
+    resumed.load_state_dict(metric.state_dict())
+    return resumed
+
+
+def _torch_save(metric, build):
+    buffer = io.BytesIO()
+    torch.save(metric, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False) if torch_at_least(1, 13) else torch.load(buffer)
+
+
+def _merged(metric, build):
+    other = build()
+    other.merge_state(metric)
+    return other
+
+
+def _reset(metric, build):
+    metric.reset()
+    return metric
+
+
+#: where the data leaves the metric (or is dropped): what carries it on
+JOURNEYS = {
+    "state_dict/load_state_dict": _checkpoint,
+    "torch.save/torch.load": _torch_save,
+    "pickle": lambda metric, build: pickle.loads(pickle.dumps(metric)),
+    "merge_state": _merged,
+    "reset": _reset,
+}
+
+
+@pytest.mark.parametrize("journey", sorted(JOURNEYS))
+@pytest.mark.parametrize("case", sorted(BAD_BATCHES))
+def test_a_bad_batch_never_leaves_the_metric_without_its_error(case, journey):
+    """The release raises in update(), and the batch never reaches the state. Patched, the batch
+    is in the state and its error waits for compute(): taking the data out first gives the error
+    there, once; the copy and the original then compute silently (the error was given)."""
+    if journey == "merge_state" and not hasattr(torchmetrics.Metric, "merge_state"):
+        pytest.skip("merge_state from 1.6.0")
+    build, good, bad, words = BAD_BATCHES[case]
+    _applied_everything()
+    metric = build()
+    metric.persistent(True)
+    metric.update(*good)
+    metric.update(*bad)
+    with pytest.raises(RuntimeError) as raised:
+        JOURNEYS[journey](metric, build)
+    assert words in str(raised.value)
+    resumed = JOURNEYS[journey](metric, build)  # given once: now the data goes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "compute before update" after a reset
+        resumed.compute()
+        metric.compute()
