@@ -23,7 +23,11 @@ gives the same states and the same report; :func:`cpu_way` tells which of three 
   class can land in another cell without an error): the classes are read (free on the
   CPU), and the release's update runs when they are all valid.
 
-Anything else is recorded, as on a GPU. The states and reports are the same either way.
+Anything else is recorded, as on a GPU; so is every counting update in deterministic mode,
+where the release's ``_bincount`` compares every code with every bin (an N x minlength
+mesh: ``MulticlassAUROC(thresholds=50)`` of 1,000 scores, 250,000 bins) and the recorded
+count is a plain one (``put``, deterministic on the CPU). The states and reports are the
+same either way.
 """
 from __future__ import annotations
 
@@ -89,8 +93,9 @@ def cpu_way(metric: Any, preds: Any, target: Any, curve: bool) -> int:
         return RECORDED
     classes = get("num_classes")
     scores = preds.is_floating_point()
+    deterministic = _DETERMINISTIC()
     first = (_FIRST and target.dtype in _INTEGRAL and get("validate_args") is False
-             and not _DETERMINISTIC())
+             and not deterministic)
     if classes is not None:  # multiclass
         if type(classes) is not int or classes < 1:
             return RECORDED
@@ -106,13 +111,15 @@ def cpu_way(metric: Any, preds: Any, target: Any, curve: bool) -> int:
                 return RELEASE_FIRST
         elif curve or preds.shape != target.shape or not _classes_valid(preds, 0, classes, None):
             return RECORDED
+        if deterministic:  # the release's _bincount makes an N x minlength mesh; the recorded count is plain
+            return RECORDED
         return CHECKED if _classes_valid(target, 0, classes, ignore) else RECORDED
     if preds.shape != target.shape:  # binary and multilabel
         return RECORDED
     if first and "num_labels" not in metric.__dict__ and (
             (curve and preds.numel() <= BINARY_CURVE_CUT) or (scores and not curve)):
         return RELEASE_FIRST
-    if not scores and not _classes_valid(preds, 0, 2, None):
+    if deterministic or (not scores and not _classes_valid(preds, 0, 2, None)):
         return RECORDED
     return CHECKED if _classes_valid(target, 0, 2, ignore) else RECORDED
 
