@@ -61,7 +61,7 @@ RECORD = deferred.Record("sdr_solve", _report)
 
 #: the marked update of the metric running in this thread / task (class ``update`` below)
 MARK = Marker("tmpatch_sdr", RECORD)
-build_update = MARK.build_update
+build_update = MARK.build_pair_update
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
