@@ -13,18 +13,24 @@ deterministic mode upstream counts with an N x minlength mesh instead. Not fixed
 upstream (1.9.0 included).
 
 Repair, without a copy of the release's code (the release's functions run, wrapped,
-and two statements of five functions are edited: ``tmpatch.rewrite``):
+and the statements that remove ignored positions or make the codes are edited:
+``tmpatch.rewrite``), in no more kernels than the release's update launches:
 
 * ``metrics.py``: the class ``update`` marks a *recorded update* (a metric with a
   deferred-report book; binned curves only);
-* ``formatters.py``: the formatters' removal of ignored positions becomes a mark;
-* ``updates.py``: the update functions are handed inputs in which ignored and invalid
-  positions cannot count (negative codes, or a fixed value whose count is taken off);
-* ``counting.py``: ``_bincount`` counts into ``minlength`` bins on the device.
+* ``formatters.py``: the formatters' removal of ignored positions becomes two
+  selections (their target -1);
+* ``updates.py``: the statements that make the codes clamp the target one past each
+  end of its classes and make the same codes for valid positions, codes outside the
+  count's bins for the others (one op, or a table per device); the loops of large
+  curves are handed inputs whose left-out positions count a fixed value, taken off;
+* ``counting.py``: ``_bincount`` counts into ``minlength`` bins on the device (an
+  out-of-place ``put``; the codes left out wrap into spare bins).
 
 Invalid values — a target or label prediction outside the valid classes — are left out
 of every count (the states are the release's on the valid positions alone) and
-reported once, at the next ``compute()`` (``deferred_reports``). Upstream raises in
+reported once, at the next ``compute()`` (``deferred_reports``; the evidence is the
+clamped target or the codes, kept, not reduced, until then). Upstream raises in
 ``update()`` for some of them (a negative value; a class >= ``num_classes`` in the
 last row) and silently counts the others into neighbouring cells (a binary target 2
 in a binned curve lands in the next threshold's counts; a multilabel target 2 adds a
