@@ -176,13 +176,18 @@ def class_codes(preds: Any, target: Any, num_classes: Any, ignore_index: Any = N
     """``target * num_classes + preds`` (``_multiclass_confusion_matrix_update``,
     ``_multiclass_stat_scores_update``) in a recorded update: codes in
     ``[-(n * n + n), n * n + n)``, those of positions to leave out outside ``[0, n * n)``
-    (``ignore_index``: the stat scores' own, whose removal the edit replaces). None outside
-    a recorded update (the release's statement runs)."""
+    (``ignore_index``: the stat scores' own, whose removal the edit replaces). Outside a
+    recorded update, for int64 classes (and no removal to make first), the release's codes
+    in one op (``add`` with ``alpha``: the same int64 arithmetic); else None (the release's
+    statement runs)."""
     update = recorded()
-    if (update is None or type(num_classes) is not int or not 1 <= num_classes < (1 << 31)
-            or preds.shape != target.shape):
+    if type(num_classes) is not int or not 1 <= num_classes < (1 << 31) or preds.shape != target.shape:
         return None  # another shape: the release's statement (and its error)
     torch = _torch()
+    if update is None:
+        if ignore_index is None and preds.dtype is torch.int64 and target.dtype is torch.int64:
+            return torch.add(preds, target, alpha=num_classes)
+        return None
     n = num_classes
     labels = _labels(update, preds)
     if _wide_int(target.dtype) and (ignore_index is None or type(ignore_index) is int) and (
@@ -218,10 +223,10 @@ def class_codes(preds: Any, target: Any, num_classes: Any, ignore_index: Any = N
 
 
 def confmat_stats(confmat: Any) -> Optional[Tuple[Any, Any, Any, Any]]:
-    """``tp, fp, fn, tn`` of a confusion matrix as the release derives them, in one kernel
-    fewer (``tn = total - colsum - fn``, equal in integers to ``total - (fp + fn + tp)``).
-    None outside a recorded update."""
-    if recorded() is None or confmat.is_floating_point():
+    """``tp, fp, fn, tn`` of an integer confusion matrix as the release derives them, in one
+    kernel fewer (``tn = total - colsum - fn``, equal in integers to ``total - (fp + fn +
+    tp)``). None for another dtype (the release's statements run)."""
+    if confmat.is_floating_point() or confmat.is_complex() or confmat.dtype is _torch().bool:
         return None
     tp = confmat.diag()
     columns = confmat.sum(0)
@@ -271,11 +276,16 @@ def micro_stats(preds: Any, target: Any, num_classes: Any, ignore_index: Any) ->
 
 def binary_codes(preds: Any, target: Any) -> Any:
     """``target * 2 + preds`` (``_binary_confusion_matrix_update``) in a recorded update:
-    codes in ``[-6, 6)``, those of positions to leave out outside ``[0, 4)``."""
+    codes in ``[-6, 6)``, those of positions to leave out outside ``[0, 4)``. Outside one, for
+    an int64 target and bool or int64 predictions, the release's codes in one op."""
     update = recorded()
-    if update is None or preds.shape != target.shape:
+    if preds.shape != target.shape:
         return None  # another shape: the release's statement (and its error)
     torch = _torch()
+    if update is None:
+        if target.dtype is torch.int64 and (preds.dtype is torch.bool or preds.dtype is torch.int64):
+            return torch.add(preds, target, alpha=2)
+        return None
     labels = preds.dtype is torch.bool or _labels(update, preds)
     if _wide_int(target.dtype) and (labels or _wide_int(preds.dtype)):
         clamped = target.clamp(-1, 2)
