@@ -120,18 +120,13 @@ def table(name: str, args: Tuple[Any, ...], device: Any, make: Callable[[], Any]
     return _constants.cached(("bincount", name) + args + (device,), make)
 
 
-def zeros(space: int, device: Any) -> Any:
-    """``space`` int64 zeros: what a count starts from (copied by ``put``, never changed)."""
+def counter(space: int, device: Any) -> Tuple[Any, Any]:
+    """``space`` int64 zeros, what a count starts from (copied by ``put``, never changed), and
+    a 0-d int64 one, every position's weight (expanded to the codes' length, a view)."""
     import torch
 
-    return table("zeros", (space,), device, lambda: torch.zeros(space, dtype=torch.int64, device=device))
-
-
-def ones(device: Any) -> Any:
-    """A 0-d int64 one: every position's weight (expanded to the codes' length, a view)."""
-    import torch
-
-    return table("one", (), device, lambda: torch.ones((), dtype=torch.int64, device=device))
+    return table("counter", (space,), device, lambda: (torch.zeros(space, dtype=torch.int64, device=device),
+                                                      torch.ones((), dtype=torch.int64, device=device)))
 
 
 def build_bincount(module: ModuleType) -> Callable[..., Any]:
@@ -162,7 +157,8 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
         if space and x.dtype is int64:  # codes of an edited statement: in [-space, space)
             if (x.is_cpu or (x.is_cuda and not deterministic())) and not compiling():
                 # put_ accumulates (atomics on CUDA, serially on the CPU) and wraps negative indices
-                return put(zeros(space, x.device), x, ones(x.device).expand(x.numel()), accumulate=True)[:minlength]
+                start, one = counter(space, x.device)
+                return put(start, x, one.expand(x.numel()), accumulate=True)[:minlength]
             # compiled: int32 bins, as below; deterministic mode on CUDA and other devices: int64
             kind = int32 if compiling() else int64
             out = new_zeros(space, dtype=kind, device=x.device)
