@@ -309,9 +309,11 @@ def outside(low: int, high: int) -> Kind:
 
 
 #: a book folds its pending evidence when it holds this many entries, or this many bytes of
-#: tensors (kept alive until then); each fold is a few kernels for all of them
+#: tensors (kept alive until then: device memory a metric holds beyond its states); each fold
+#: is a few kernels for all of them. Small batches (launch-bound) fold every 64 updates; an
+#: update of a megabyte of evidence or more, at once
 PENDING_ENTRIES = 64
-PENDING_BYTES = 8 << 20
+PENDING_BYTES = 1 << 20
 
 
 def _reduce(kind: Kind, tensors: List[Any]) -> Any:
