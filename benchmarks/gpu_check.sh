@@ -3,12 +3,14 @@
 #   1. python -m tmpatch.audit.calibrate: every probe, panel row and sweep class audited
 #      simulated (the oracle) and real (torch.cuda.set_sync_debug_mode), verdicts compared;
 #   2. benchmarks/train_step.py --device cuda: step time and real syncs per step, no metrics /
-#      unpatched / patched.
+#      unpatched / patched;
+#   3. benchmarks/cuda_counts_check.py: the lean counting updates (put, negative-index tables,
+#      histc) give the release's states and the CPU's report counts on the GPU.
 #
 #   bash benchmarks/gpu_check.sh OUTDIR [RELEASE ...]      (default releases: 1.9.0 1.4.0)
 #
-# Writes OUTDIR/calibration-R.txt and .json per release, OUTDIR/train_step-gpu.txt and
-# OUTDIR/log.txt (versions, stderr, exit codes). PYTHON picks the interpreter (default python3).
+# Writes OUTDIR/calibration-R.txt and .json per release, OUTDIR/train_step-gpu.txt,
+# OUTDIR/cuda_counts_check.txt and OUTDIR/log.txt (versions, stderr, exit codes). PYTHON picks the interpreter (default python3).
 # Each command has a time limit, so that what finished comes back even if one hangs.
 set -u
 out=${1:?usage: bash benchmarks/gpu_check.sh OUTDIR [RELEASE ...]}
@@ -36,5 +38,9 @@ for release in "${releases[@]}"; do
     PYTHONPATH=$path timeout 80 "$py" benchmarks/train_step.py --device cuda >>"$out/train_step-gpu.txt" 2>>"$log"
     echo "train_step $release: exit $?" >>"$log"
     echo >>"$out/train_step-gpu.txt"
+    echo "== cuda_counts_check $release" >>"$log"
+    PYTHONPATH=$path timeout 60 "$py" benchmarks/cuda_counts_check.py --device cuda \
+        >>"$out/cuda_counts_check.txt" 2>>"$log"
+    echo "cuda_counts_check $release: exit $?" >>"$log"
 done
 date -u >>"$log"

@@ -7,8 +7,11 @@ on a machine without a GPU, for the host time that paces a launch-bound GPU step
 Each row's calls run twice on simulated CUDA tensors (tmpatch.audit's simulation; the first
 run warms up), and the ATen ops of the second run that would launch work on the device are
 counted: ops on CUDA tensors, less views and metadata (``view``, ``expand``, ``select``,
-``prim.device``...) and CPU scalars wrapped for an operand (``scalar_tensor``). A sync is a
-host wait, not a kernel, and is not counted. On an H200 with torch 2.11 the real time per
+``prim.device``...), CPU scalars wrapped for an operand (``scalar_tensor``) and allocations
+(``empty``: memory from the caching allocator, nothing launched). A sync is a host wait, not
+a kernel, and is not counted. An op is counted once however many kernels it launches on a
+real GPU (``bincount``: two reductions, two copies to the host, a fill and the count; an
+out-of-place ``put``: a copy and the count). On an H200 with torch 2.11 the real time per
 ``update()`` (launch-bound: small inputs) grew with the kernel count: ``--gpu-times`` reads a
 calibration report (``python -m tmpatch.audit.calibrate``) and prints its patched/unpatched
 ratio beside the count's.
@@ -33,6 +36,8 @@ NOT_KERNELS = frozenset({
     "aten.lift_fresh", "aten.unbind", "aten.split", "aten.split_with_sizes", "aten.chunk", "aten.flatten",
     "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset", "aten.is_pinned",
     "aten._local_scalar_dense",
+    # allocations: memory from the caching allocator, no kernel
+    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
 })
 
 

@@ -4,6 +4,7 @@
     python benchmarks/overhead.py --release 1.4.0  # one
     python benchmarks/overhead.py --here           # the torchmetrics on the path
     python benchmarks/overhead.py --case MeanMetric --rounds 21   # a subset, quicker
+    python benchmarks/overhead.py --device-path    # the patched side on its GPU path (CPU shortcuts off)
 
 Method. For each release a child process (1 torch thread) runs many short
 *rounds*. A round has three *sides* in rotating order: unpatched (U), patched
@@ -121,7 +122,26 @@ def _quartiles(values: Sequence[float]) -> Tuple[float, float, float]:
     return q1, median, q3
 
 
-def measure(rounds: int, number: int, repeat: int, timer: str, select: Sequence[str] = ()) -> List[str]:
+#: the patches' CPU shortcuts (module, attribute): on the CPU, where a read costs no sync, a patch
+#: may take the release's path after a read; ``--device-path`` turns them off, so the patched side
+#: runs the path it takes on a GPU (its host cost, less the device's launch costs)
+CPU_SHORTCUTS = (
+    ("tmpatch.patches.bincount.metrics", "CPU_FAST"), ("tmpatch.patches.nan_check.check", "CPU_FAST"),
+    ("tmpatch.patches.nominal_bincount", "CPU_FAST"), ("tmpatch.patches.sdr_solve", "CPU_FAST"),
+    ("tmpatch.patches._device_tensors", "CPU_FAST"),
+)
+
+
+def device_path() -> None:
+    """Turn the patches' CPU shortcuts off (:data:`CPU_SHORTCUTS`) in this process."""
+    import importlib
+
+    for module, name in CPU_SHORTCUTS:
+        setattr(importlib.import_module(module), name, False)
+
+
+def measure(rounds: int, number: int, repeat: int, timer: str, select: Sequence[str] = (),
+            device: bool = False) -> List[str]:
     import warnings
 
     import torch
@@ -129,6 +149,8 @@ def measure(rounds: int, number: int, repeat: int, timer: str, select: Sequence[
 
     import tmpatch
 
+    if device:
+        device_path()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     clock = TIMERS[timer]
@@ -152,7 +174,8 @@ def measure(rounds: int, number: int, repeat: int, timer: str, select: Sequence[
                 del calls
         tmpatch.revert()
     header = (f"torchmetrics {torchmetrics.__version__}, torch {torch.__version__}, CPU, 1 thread, "
-              f"clock {timer}, {rounds} rounds x fastest of {repeat} blocks x {number} calls")
+              f"clock {timer}, {rounds} rounds x fastest of {repeat} blocks x {number} calls"
+              + (", patched side on its device path (CPU shortcuts off)" if device else ""))
     lines = [header,
              f"  {'case':36s} {'unpatched':>10s} {'patched':>10s}   {'ratio P/U  [IQR]':22s}  "
              f"{'null N/U  [IQR]':22s}  patches"]
@@ -179,13 +202,16 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="blocks per side and round; the fastest counts")
     parser.add_argument("--timer", choices=sorted(TIMERS), default="thread")
     parser.add_argument("--case", action="append", default=[], help="only cases whose name contains this")
+    parser.add_argument("--device-path", action="store_true",
+                        help="the patched side takes the path it takes on a GPU (the patches' CPU shortcuts off)")
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error("--rounds: at least 2 (quartiles of the per-round ratios)")
     options = ["--rounds", str(args.rounds), "--number", str(args.number), "--repeat", str(args.repeat),
-               "--timer", args.timer] + [f"--case={c}" for c in args.case]
+               "--timer", args.timer] + [f"--case={c}" for c in args.case] + \
+        (["--device-path"] if args.device_path else [])
     if args.here:
-        lines = measure(args.rounds, args.number, args.repeat, args.timer, args.case)
+        lines = measure(args.rounds, args.number, args.repeat, args.timer, args.case, args.device_path)
         sys.stdout.write("\n".join(lines) + "\n")
         return 0
     for release in args.release or RELEASES:

@@ -283,6 +283,77 @@ def test_clear_forgets_the_books_inside():
     assert REPORTS == [] and all(not book.counts for book in deferred.books_in(pair))
 
 
+class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the ATen ops run inside it that compute something (views and metadata left out)."""
+
+    VIEWS = frozenset({"aten.view", "aten._unsafe_view", "aten.reshape", "aten.alias", "aten.expand", "aten.select",
+                       "aten.slice", "aten.detach", "aten.lift_fresh", "aten.unsqueeze", "aten.squeeze"})
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if str(func.overloadpacket) not in self.VIEWS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_an_update_keeps_its_evidence_and_runs_nothing_for_it():
+    """An update's report costs no op: the tensor is kept, counted when the book is gathered."""
+    metric = _booked(Clipped())
+    x = torch.tensor([-1.0, 2.0, -3.0])
+    negative, count, codes = x < 0, (x < 0).sum(), torch.tensor([0, 5, -1, 3])
+    with _Ops() as ops:
+        TOY.add(metric, count)
+        TOY.note(metric, negative, deferred.ANY)
+        TOY.note(metric, codes, deferred.outside(0, 4))
+        TOY.note(metric, negative, deferred.FALSE, -1)
+    assert ops.count == 0
+    book = deferred.book_of(metric)
+    assert book.counts == {} and len(book.pending) == 4 and book.marked
+    assert int(deferred.local_records(metric)["toy"]) == 2 + 1 + 2 - 1
+    assert book.pending == [] and book.pinned == 0
+
+
+def test_evidence_of_many_updates_is_counted_together_and_exactly():
+    metric = _booked(Clipped())
+    masks = [torch.rand(5, generator=torch.Generator().manual_seed(i)) < 0.3 for i in range(10)]
+    codes = [torch.randint(-3, 9, (7,), generator=torch.Generator().manual_seed(i)) for i in range(10)]
+    for mask, code in zip(masks, codes):
+        TOY.note(metric, mask, deferred.ANY)
+        TOY.note(metric, code.int() if len(code) % 2 else code, deferred.outside(0, 6))
+        TOY.note(metric, mask, deferred.SUM, -1)
+    expected = (sum(bool(m.any()) for m in masks) + sum(int(((c < 0) | (c >= 6)).sum()) for c in codes)
+                - sum(int(m.sum()) for m in masks))
+    with _Ops() as ops:
+        assert int(deferred.local_records(metric)["toy"]) == expected
+    assert ops.count <= 16  # a few reductions for the thirty entries, not one per entry
+
+
+def test_a_book_folds_when_it_holds_too_many_entries_or_bytes(monkeypatch):
+    metric = _booked(Clipped())
+    book = deferred.book_of(metric)
+    monkeypatch.setattr(deferred, "PENDING_ENTRIES", 3)
+    for _ in range(3):
+        TOY.add(metric, torch.tensor(1))
+    assert book.pending == [] and int(book.counts["toy"]) == 3
+    monkeypatch.setattr(deferred, "PENDING_BYTES", 64)
+    TOY.note(metric, torch.zeros(100, dtype=torch.bool), deferred.ANY)  # 100 bytes kept: folded at once
+    assert book.pending == [] and int(book.counts["toy"]) == 3
+
+
+def test_a_report_from_kept_evidence_comes_at_compute_and_once():
+    metric = Clipped()
+    deferred.open_book(metric)
+    with pytest.warns(UserWarning, match="^3 negative"):
+        for value in ([-1.0, 2.0], [-2.0, -3.0]):
+            metric.update(torch.tensor(value))
+        deferred.settle(metric)
+    deferred.settle(metric)
+    assert _counts() == [[3]]
+
+
 @pytest.mark.parametrize("before, added, kept", [(None, 2, 1), (None, 6, 3), (1, 2, 2), (3, 4, 5), (None, 1, 1)])
 def test_count_once_keeps_one_of_two_identical_updates(before, added, kept):
     metric = _booked(Clipped())
@@ -299,6 +370,7 @@ def test_count_once_leaves_untouched_counts_alone():
     metric = _booked(Clipped())
     book = deferred.book_of(metric)
     TOY.add(metric, torch.tensor(3))
+    deferred.books_in(metric)  # as forward() takes its snapshot: what earlier updates left, gathered
     deferred.count_once(book, dict(book.counts))
     assert int(book.counts["toy"]) == 3
 
@@ -350,7 +422,7 @@ def test_detach_sees_a_reset_by_the_update_count():
     deferred.detach(metric, deferred.book_of(metric))
     metric.reset()
     metric.update(torch.tensor([-5.0, -5.0]))  # the watcher sees the count go down before the update
-    assert int(deferred.book_of(metric).counts["toy"]) == 2  # this update's count alone
+    assert int(deferred.local_records(metric)["toy"]) == 2  # this update's count alone
 
 
 @pytest.mark.parametrize("cls", [Clipped, ClippedFull])

@@ -24,6 +24,7 @@ CACHES: Tuple[Tuple[str, str], ...] = (
     ("torchmetrics.functional.audio.srmr", "_make_erb_filters"),
     ("torchmetrics.functional.audio.srmr", "_compute_modulation_filterbank_and_cutoffs"),
     ("tmpatch.patches.panoptic_matching", "_tables"),  # category tables per device
+    ("tmpatch.patches._constants", "_CACHE"),  # fill values, code tables, zeros per device
 )
 
 

@@ -3,10 +3,18 @@ of range) is counted on the device and reported at the user's next ``compute()``
 the first other point where the metric's data leaves it or is dropped.
 
 A check such as ``if torch.isnan(x).any(): warn(...)`` in ``update()`` reads a device
-value on every step. A patch calls :meth:`Record.add` instead: the count stays on the
-device, in a *book* that tmpatch keeps for the metric, outside the metric itself. It is
-no metric state: nothing of it is in ``state_dict()``, ``metric_state``,
-``merge_state``, pickles, copies or DDP collectives, and torchmetrics never sees it.
+value on every step. A patch calls :meth:`Record.add` or :meth:`Record.note` instead: the
+count stays on the device, in a *book* that tmpatch keeps for the metric, outside the
+metric itself. It is no metric state: nothing of it is in ``state_dict()``,
+``metric_state``, ``merge_state``, pickles, copies or DDP collectives, and torchmetrics
+never sees it.
+
+An update launches nothing for its report: the book keeps the tensors the update
+already made (a NaN mask, the codes of a count; the caller's own tensors, which nothing
+changes afterwards) with what to count in them, and counts them together, a few kernels
+for many updates, when the book is read (:func:`gather`: at the user's ``compute()``, a
+sync, a ``forward()``, a ``reset()``) or when it holds :data:`PENDING_ENTRIES` of them or
+:data:`PENDING_BYTES`.
 
 The book's rules (the ``deferred_reports`` patch puts them in place):
 
@@ -63,12 +71,16 @@ _records: Dict[str, "Record"] = {}
 class Book:
     """The pending counts of one metric: record key -> 0-d integer tensor on its device.
 
-    Compiled updates add to ``traced`` instead, in place: a 0-d zero per record, made with the
-    book on the metric's device (and moved with it), so that a compiled step finds the same
-    entries at every step (a count appearing, or changing device, would recompile it);
-    ``marked`` says they hold something. :func:`gather` folds them into ``counts``."""
+    Eager updates leave their evidence in ``pending`` (:meth:`Record.note`: tensors and
+    what to count in them), ``pinned`` bytes of it. Compiled updates add to ``traced``
+    instead, in place: a 0-d zero per record, made with the book on the metric's device (and
+    moved with it), so that a compiled step finds the same entries at every step (a count
+    appearing, or changing device, would recompile it); ``traced_marked`` says they hold
+    something. ``marked``: either holds something. :func:`gather` folds both into
+    ``counts``."""
 
-    __slots__ = ("ref", "counts", "synced", "stamp", "traced", "marked", "__weakref__")
+    __slots__ = ("ref", "counts", "synced", "stamp", "traced", "marked", "traced_marked", "pending", "pinned",
+                 "__weakref__")
 
     def __init__(self, metric: Any) -> None:
         self.ref = weakref.ref(metric)
@@ -77,6 +89,9 @@ class Book:
         self.stamp: Optional[int] = None  # the update count at revert() (see detach)
         self.traced: Dict[str, Any] = {}
         self.marked = False
+        self.traced_marked = False
+        self.pending: List[Tuple[str, Any, "Kind", int]] = []
+        self.pinned = 0
 
 
 #: id(metric) -> its book (metrics built while deferred_reports is applied)
@@ -136,14 +151,19 @@ def moved(metric: Any, fn: Optional[Callable[[Any], Any]] = None) -> None:
 
 
 def gather(book: Book) -> None:
-    """Fold what compiled updates added (``traced``) into the book's counts."""
+    """Fold what updates left in the book (eager ``pending`` evidence, compiled ``traced``
+    counts) into its counts."""
     if not book.marked:
         return
     book.marked = False
-    for key, value in list(book.traced.items()):
-        old = book.counts.get(key)
-        book.counts[key] = value.clone() if old is None else old + value
-        value.zero_()  # the entry keeps its address (a static input of a captured CUDA graph)
+    if book.pending:
+        _fold(book)
+    if book.traced_marked:
+        book.traced_marked = False
+        for key, value in list(book.traced.items()):
+            old = book.counts.get(key)
+            book.counts[key] = value.clone() if old is None else old + value
+            value.zero_()  # the entry keeps its address (a static input of a captured CUDA graph)
 
 
 def mirror(original: Any, twin: Any) -> Optional[Tuple[Book, Book]]:
@@ -227,25 +247,127 @@ class Record:
         return book_of(metric) is not None
 
     def add(self, metric: Any, amount: Any) -> bool:
-        """Add ``amount`` (a device tensor, integer or bool) to the metric's count without
-        reading it. False (nothing added) when the metric has no book."""
+        """Add ``amount`` (a device tensor, integer or bool, that the caller made and nothing
+        changes afterwards) to the metric's count without reading it: kept as it is until
+        the book is gathered. False (nothing added) when the metric has no book."""
+        return self.note(metric, amount, SUM)
+
+    def note(self, metric: Any, evidence: Any, kind: "Kind", sign: int = 1) -> bool:
+        """Count ``kind`` in ``evidence`` (``SUM``: its sum; ``ANY``: 1 if any element is
+        true; ``outside(low, high)``: its elements outside ``[low, high)``; ``FALSE``: its
+        false elements), times ``sign`` (+1 or -1), into the metric's count, later: the
+        tensor is kept, not read, so the caller must have made it and never change it. In
+        compiled code the count is taken at once (a traced add). False (nothing noted)
+        when the metric has no book."""
         if compiling():
             book = traced_book(metric)
             if book is None:
                 return False
+            amount = _reduce(kind, [evidence])
             old = book.traced.get(self.key)
             if old is not None:  # the same entry at every step: nothing for torch.compile to recompile
-                old.add_(amount)  # in place: the book's dict is not rebuilt after the graph, nor guarded whole,
-                book.marked = True  # and the entry keeps its address (a CUDA graph captures the add)
+                # in place: the book's dict is not rebuilt after the graph, nor guarded whole, and the
+                # entry keeps its address (a CUDA graph captures the add)
+                if sign > 0:
+                    old.add_(amount)
+                else:
+                    old.sub_(amount)
+                book.marked = book.traced_marked = True
                 return True
-        else:
-            book = _books.get(id(metric))
-            if book is None:
-                return False
-        counts = book.counts
-        old = counts.get(self.key)
-        counts[self.key] = amount.long() if old is None else old + amount
+            counts = book.counts
+            old = counts.get(self.key)
+            counts[self.key] = (amount if sign > 0 else -amount) if old is None else \
+                (old + amount if sign > 0 else old - amount)
+            return True
+        book = _books.get(id(metric))
+        if book is None:
+            return False
+        book.pending.append((self.key, evidence, kind, sign))
+        book.marked = True
+        if type(evidence) is not int:
+            book.pinned += evidence.numel() * evidence.element_size()
+        if len(book.pending) >= PENDING_ENTRIES or book.pinned >= PENDING_BYTES:
+            _fold(book)
         return True
+
+
+# -- evidence: what an update leaves in a book, counted when the book is gathered -------------
+#: a kind of evidence (:meth:`Record.note`): a tuple whose first item names it
+Kind = Tuple[Any, ...]
+
+#: the sum of the tensor (a count, a bool, a mask)
+SUM: Kind = ("sum",)
+#: 1 if any element is true (a NaN mask: the update saw NaN)
+ANY: Kind = ("any",)
+#: the number of false elements (a mask of the positions kept)
+FALSE: Kind = ("false",)
+
+
+def outside(low: int, high: int) -> Kind:
+    """The number of elements outside ``[low, high)`` (integer tensors: codes, classes)."""
+    return ("outside", low, high)
+
+
+#: a book folds its pending evidence when it holds this many entries, or this many bytes of
+#: tensors (kept alive until then: device memory a metric holds beyond its states); each fold
+#: is a few kernels for all of them. Small batches (launch-bound) fold every 64 updates; an
+#: update of a megabyte of evidence or more, at once
+PENDING_ENTRIES = 64
+PENDING_BYTES = 1 << 20
+
+
+def _reduce(kind: Kind, tensors: List[Any]) -> Any:
+    """The count of ``kind`` over ``tensors`` (all of one dtype and device; for ``ANY``, of
+    one number of elements): a 0-d int64 tensor."""
+    import torch
+
+    name = kind[0]
+    if name == "any":
+        if len(tensors) == 1:
+            return tensors[0].any().long()
+        return torch.stack([t.reshape(-1) for t in tensors]).any(1).sum()
+    flat = tensors[0].reshape(-1) if len(tensors) == 1 else torch.cat([t.reshape(-1) for t in tensors])
+    if name == "sum":
+        total = flat.sum()
+        return total if total.dtype == torch.int64 else total.long()
+    if name == "false":
+        return flat.numel() - flat.sum()
+    low, high = kind[1], kind[2]
+    if flat.dtype in (torch.int32, torch.int64) and low < high:
+        return (flat.clamp(low, high - 1) != flat).sum()
+    return ((flat < low) | (flat >= high)).sum()
+
+
+def _fold(book: Book) -> None:
+    """Count the book's pending evidence into its counts: one reduction per key, kind, sign,
+    dtype and device (and number of elements, for ``ANY``)."""
+    pending, book.pending, book.pinned = book.pending, [], 0
+    groups: Dict[Tuple[Any, ...], List[Any]] = {}
+    hosts: Dict[Tuple[str, int], int] = {}
+    for key, evidence, kind, sign in pending:
+        if type(evidence) is int:  # a count already on the host
+            hosts[(key, sign)] = hosts.get((key, sign), 0) + evidence
+            continue
+        group = (key, kind, sign, evidence.dtype, evidence.device, evidence.numel() if kind[0] == "any" else None)
+        groups.setdefault(group, []).append(evidence)
+    counts = book.counts
+    for (key, kind, sign, _, _, _), tensors in groups.items():
+        amount = _reduce(kind, tensors)
+        old = counts.get(key)
+        if old is not None and old.device != amount.device:
+            amount = amount.to(old.device)  # a metric moved between updates
+        if sign > 0:
+            counts[key] = amount if old is None else old + amount
+        else:
+            counts[key] = -amount if old is None else old - amount
+    for (key, sign), value in hosts.items():
+        old, value = counts.get(key), value if sign > 0 else -value
+        if old is None:
+            import torch
+
+            counts[key] = torch.full((), value, dtype=torch.long, device=getattr(book.ref(), "device", None))
+        else:
+            counts[key] = old + value
 
 
 def local_records(metric: Any) -> Dict[str, Any]:
@@ -284,7 +406,8 @@ from tmpatch.deferred.settling import (  # noqa: E402
     books_in, clear, count_once, enclosing, pending, point, settle, start_compute,
 )
 
-__all__ = ["AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "Record", "attach", "book_of", "books_in", "clear", "count_once",
-           "detach", "enclosing", "forward_step", "gather", "internal", "is_live", "local_records", "mirror",
-           "moved", "open_book", "pending", "pending_books", "point", "scope", "set_synced", "settle",
-           "start_compute", "traced_book", "went_dormant", "went_live"]
+__all__ = ["ANY", "AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "FALSE", "Kind", "PENDING_BYTES", "PENDING_ENTRIES", "Record",
+           "SUM", "attach", "book_of", "books_in", "clear", "count_once", "detach", "enclosing", "forward_step",
+           "gather", "internal", "is_live", "local_records", "mirror", "moved", "open_book", "outside", "pending",
+           "pending_books", "point", "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant",
+           "went_live"]

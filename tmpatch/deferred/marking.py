@@ -45,3 +45,22 @@ class Marker:
                 slot.reset(token)
 
         return update
+
+    def build_pair_update(self, module: ModuleType) -> Callable[..., Any]:
+        """As :meth:`build_update`, for a class ``update(self, preds, target)``: installed itself
+        (``spec.inline``: no wrapper's frame around every update)."""
+        from tmpatch.spec import inline
+
+        recorded, slot, make = self.record.deferred, self.slot, self.make
+
+        def update(self: Any, preds: Any, target: Any, *, _tmpatch_route: Any) -> Any:
+            original = _tmpatch_route.original
+            if not _tmpatch_route.on or not recorded(self):
+                return original(self, preds, target)
+            token = slot.set(self if make is None else make(self))
+            try:
+                return original(self, preds, target)
+            finally:
+                slot.reset(token)
+
+        return inline(update)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
-from tmpatch.deferred import Book, book_of
+from tmpatch.deferred import Book, book_of, gather
 
 
 def detach(metric: Any, book: Book) -> None:
@@ -15,6 +15,7 @@ def detach(metric: Any, book: Book) -> None:
     checked at the next compute and, through a watch on the metric's own ``update``
     attribute (never pickled or copied by torchmetrics), before each update until the
     report is given."""
+    gather(book)
     book.stamp = getattr(metric, "_update_count", 0)
     states = getattr(metric, "__dict__", {})
     inner = states.get("update")
@@ -23,6 +24,8 @@ def detach(metric: Any, book: Book) -> None:
 
     def update(*args: Any, **kwargs: Any) -> Any:
         current = book_of(metric)
+        if current is not None:
+            gather(current)
         if current is None or current.stamp is None or not (current.counts or current.synced):
             states["update"] = inner  # nothing left to watch
             return inner(*args, **kwargs)

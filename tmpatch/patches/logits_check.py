@@ -21,7 +21,11 @@ device; PR #2845).
 Repair: the release's own function, with that one ``if`` replaced (an edit of its
 code, :mod:`tmpatch.rewrite`; nothing else of it is copied or changed) by a
 device-side selection of the whole tensor, ``torch.where(all_in_0_1, preds,
-preds.sigmoid())`` (``preds.softmax(1)``): all-or-nothing, as upstream. Results are
+preds.sigmoid())`` (``preds.softmax(1)``): all-or-nothing, as upstream. On CUDA
+(float32/64, outside deterministic mode and torch.compile) ``all_in_0_1`` is whether
+``torch.histc(preds, bins=1, min=0, max=1)`` counts every element (NaN and infinities
+are outside its range; its float count is exact up to 2**24 elements in float32): the
+whole selection takes the release's four kernels (the test itself two). Results are
 those of the release's own function for every input: a tensor holding a NaN is not
 all in [0, 1], so it is normalised as the release does; an empty tensor is all in
 [0, 1] and left alone. The normalisation is computed on every call where the release
@@ -48,7 +52,10 @@ def _helpers(module: ModuleType) -> Dict[str, Callable[[Any], Any]]:
     """The device-side selections that replace the release's ``if``."""
     import torch
 
-    where, torch_all = torch.where, torch.all
+    where, torch_all, histc = torch.where, torch.all, torch.histc
+    deterministic = getattr(torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled)
+    #: histc counts in the input's dtype: exact up to 2**24 elements in float32, 2**53 in float64
+    exact = {torch.float32: 1 << 24, torch.float64: 1 << 53}
 
     def choose(normalise: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def probabilities(preds: Any) -> Any:
@@ -56,7 +63,13 @@ def _helpers(module: ModuleType) -> Dict[str, Callable[[Any], Any]]:
             # reading costs no sync (and float16 has no CPU softmax before torch 2.2): read, as the release
             if not preds.is_floating_point() or (preds.is_cpu and not compiling()):
                 return preds if torch_all((preds >= 0) * (preds <= 1)) else normalise(preds)
-            inside = ((preds >= 0) & (preds <= 1)).all()  # 0-d, stays on the device
+            if preds.is_cuda and preds.numel() <= exact.get(preds.dtype, -1) and not deterministic() \
+                    and not compiling():
+                # the elements in [0, 1] (NaN and infinities left out), counted in one kernel: all of them?
+                # Two kernels where the release's test takes four, as the release's read costs
+                inside = histc(preds, bins=1, min=0, max=1)[0] == preds.numel()
+            else:
+                inside = ((preds >= 0) & (preds <= 1)).all()  # 0-d, stays on the device
             return where(inside, preds, normalise(preds))
 
         return probabilities

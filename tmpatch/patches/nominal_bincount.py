@@ -18,7 +18,13 @@ Repair, on the ``bincount`` patch's counting (which it requires):
   of bins on the device, as it does for MulticlassConfusionMatrix;
 * ``nan_strategy="drop"``: the removal in ``_handle_nan_in_data`` becomes a mark (an
   edit of that one statement, :mod:`tmpatch.rewrite`): the NaN rows stay in place and
-  are left out of the counts, as ``ignore_index`` positions are.
+  are left out of the counts, as ``ignore_index`` positions are;
+* ``nan_strategy="replace"`` (the default): integer categories, which hold no NaN, are
+  not copied by ``nan_to_num`` (an edit of that statement; the copies were only read);
+* on the CPU, integer predictions that are all categories take the release's update
+  first (a read costs no sync there): an invalid target makes it raise before it
+  changes the table, and the update is recorded then (not in deterministic mode, where
+  the release's ``_bincount`` compares every code with every bin).
 
 Results are the release's on valid input (categories in ``[0, num_classes)``; floats
 with integer values). A value outside the categories is left out of the table and
@@ -38,78 +44,111 @@ from typing import Any, Callable, Dict, Tuple
 
 from tmpatch.compiled import compiling
 from tmpatch.patches.bincount import counting
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Route, Target, Variant, inline, since, span
 
 _CONFUSION = "torchmetrics.functional.classification.confusion_matrix"
 
 
-#: on the CPU, integer categories that are all valid take the release's own update (a read
+#: on the CPU, integer categories that are valid take the release's own update (a read
 #: costs nothing there; the result is the same); the tests turn it off
 CPU_FAST = True
 
 
-def _valid_on_cpu(metric: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], integral: Any, aminmax: Any) -> bool:
-    """Whether the update's ``preds`` and ``target`` are 1-D integer CPU tensors of one shape,
-    every value a category in ``[0, num_classes)``: the release's update counts them exactly."""
-    preds = args[0] if args else kwargs.get("preds")
-    target = args[1] if len(args) > 1 else kwargs.get("target")
-    num_classes = getattr(metric, "num_classes", None)
-    if (getattr(preds, "dtype", None) not in integral or getattr(target, "dtype", None) not in integral
-            or type(num_classes) is not int or not preds.is_cpu or not target.is_cpu
-            or preds.dim() != 1 or preds.shape != target.shape or not preds.numel()):
+def _first_on_cpu(metric: Any, preds: Any, target: Any, integral: Any, aminmax: Any) -> bool:
+    """Whether the release's update may run first on the CPU: ``preds`` and ``target`` are
+    1-D integer CPU tensors of one shape, and every prediction a category in
+    ``[0, num_classes)``. Then an invalid target makes the release raise before it changes
+    the table (``torch.bincount`` of a negative code, or the ``reshape`` of a count longer
+    than ``num_classes ** 2``), and the update is recorded then."""
+    num_classes = metric.__dict__.get("num_classes")
+    if (type(preds) is not Tensor or type(target) is not Tensor or preds.dtype not in integral
+            or target.dtype not in integral or type(num_classes) is not int or not preds.is_cpu
+            or not target.is_cpu or preds.dim() != 1 or preds.shape != target.shape or not preds.numel()):
         return False
-    for values in (preds, target):
-        low, high = aminmax(values)
-        if low.item() < 0 or high.item() >= num_classes:
-            return False
-    return True
+    low, high = aminmax(preds)
+    return low.item() >= 0 and high.item() < num_classes
+
+
+#: torch.Tensor, bound when the update is built (no torch import at module level)
+Tensor: Any = None
 
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
     """A nominal class ``update``: a recorded update of the ``bincount`` patch, when that
     patch is in effect (its ``_multiclass_confusion_matrix_update`` layer is active)."""
+    global Tensor
+    import sys
+
     import torch
 
     from tmpatch.api import is_patched
 
+    Tensor = torch.Tensor
     confusion = importlib.import_module(_CONFUSION)
     recorded, active, current, Update = counting.RECORD.deferred, counting.active, counting.current, counting.Update
     integral = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
     aminmax = getattr(torch, "aminmax", None)
+    deterministic = getattr(torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled)
+    # where the release's _bincount counts with a loop or a mesh on the CPU too (torch_xla installed),
+    # an invalid code is dropped without an error: the release may not run first
+    first = not getattr(sys.modules.get("torchmetrics.utilities.data"), "_XLA_AVAILABLE", True)
 
-    def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not recorded(self) or not active() or not is_patched(confusion._multiclass_confusion_matrix_update):
-            return original(self, *args, **kwargs)
-        cpu = CPU_FAST and aminmax is not None and not compiling()
-        if cpu and _valid_on_cpu(self, args, kwargs, integral, aminmax):
-            return original(self, *args, **kwargs)
+    # installed itself (spec.inline: no wrapper's frame), with the release's parameters (every
+    # nominal class update is ``update(self, preds, target)``)
+    def update(self: Any, preds: Any, target: Any, *, _tmpatch_route: Route) -> Any:
+        original = _tmpatch_route.original
+        if not _tmpatch_route.on:
+            return original(self, preds, target)
+        # not in deterministic mode: the release's _bincount counts with a mesh there, the recorded update plainly
+        if CPU_FAST and first and aminmax is not None and not compiling() and not deterministic() \
+                and _first_on_cpu(self, preds, target, integral, aminmax):
+            try:
+                return original(self, preds, target)
+            except RuntimeError:  # an invalid category (recorded below), or another error (raised again there)
+                if not recorded(self) or not active() or not is_patched(confusion._multiclass_confusion_matrix_update):
+                    raise
+        elif not recorded(self) or not active() or not is_patched(confusion._multiclass_confusion_matrix_update):
+            return original(self, preds, target)
         token = current.set(Update(self))
         try:
-            return original(self, *args, **kwargs)
+            return original(self, preds, target)
         finally:
             current.reset(token)
 
-    return update
+    return inline(update)
 
 
 def drop_nan_rows(preds: Any, target: Any, rows: Any) -> Tuple[Any, Any]:
     """``preds[~rows], target[~rows]`` (the release's removal), or, in a recorded update,
     every row, those holding a NaN marked to be left out of the counts (set to 0)."""
     update = counting.current.get()
-    if update is None or preds.shape != target.shape or rows.shape != preds.shape or update.ignored is not None:
+    if update is None or preds.shape != target.shape or rows.shape != preds.shape or update.skip is not None:
         return preds[~rows], target[~rows]
-    update.ignored = rows
+    update.skip = rows
     return preds.masked_fill(rows, 0), target.masked_fill(rows, 0)
 
 
+def replace_nan(preds: Any, target: Any, value: Any) -> Tuple[Any, Any]:
+    """``preds.nan_to_num(value), target.nan_to_num(value)`` (the release's replacement), or
+    ``preds`` and ``target`` themselves where both are integer tensors: they hold no NaN,
+    and the release's copies are only read afterwards (by the confusion-matrix update)."""
+    if preds.is_floating_point() or target.is_floating_point() or preds.is_complex() or target.is_complex():
+        return preds.nan_to_num(value), target.nan_to_num(value)
+    return preds, target
+
+
 def _names(module: ModuleType) -> Dict[str, Any]:
-    return {"_tmpatch_drop_nan_rows": drop_nan_rows}
+    return {"_tmpatch_drop_nan_rows": drop_nan_rows, "_tmpatch_replace_nan": replace_nan}
 
 
-#: ``nan_strategy="drop"``: the boolean removal, kept in place during recorded updates
+#: ``nan_strategy="drop"``: the boolean removal, kept in place during recorded updates;
+#: ``"replace"``: integer categories not copied (nothing to replace in them)
 DROP = Rewrite(
     (Edit("return preds[~rows_contain_nan], target[~rows_contain_nan]",
-          "return _tmpatch_drop_nan_rows(preds, target, rows_contain_nan)"),),
+          "return _tmpatch_drop_nan_rows(preds, target, rows_contain_nan)"),
+     Edit("if nan_strategy == 'replace':\n    return preds.nan_to_num(nan_replace_value), "
+          "target.nan_to_num(nan_replace_value)",
+          "if nan_strategy == 'replace':\n    return _tmpatch_replace_nan(preds, target, nan_replace_value)")),
     _names,
 )
 

@@ -15,7 +15,8 @@ message) is raised once. On the CPU, where the check costs nothing, the release'
 ``torch.linalg.solve`` runs and only a failing update is counted (its batch then takes
 ``solve_ex``'s solution): the results and the report are the same on every device. Outside a marked
 update (the functional API, metrics built before ``apply()``) the release's
-``torch.linalg.solve`` runs.
+``torch.linalg.solve`` runs. On the CPU the class ``update`` runs the release's update
+unmarked first (no bookkeeping on its path) and marks it only when the solve raised.
 
 Deliberate difference: a batch with a singular system is added to the states (upstream,
 ``update()`` raised before); its SDR is whatever the solver gave (NaN or infinite) until
@@ -61,7 +62,38 @@ RECORD = deferred.Record("sdr_solve", _report)
 
 #: the marked update of the metric running in this thread / task (class ``update`` below)
 MARK = Marker("tmpatch_sdr", RECORD)
-build_update = MARK.build_update
+
+
+def build_update(module: ModuleType) -> Callable[..., Any]:
+    """``SignalDistortionRatio.update``, installed itself (``spec.inline``): the release's update,
+    marked when the metric has a book. On the CPU (``CPU_FAST``) it runs unmarked first: the
+    release's solve checks for nothing but a singular system, which raises before a state
+    changes; only then is the update marked and run again (its failure counted)."""
+    import torch
+
+    from tmpatch.spec import inline
+
+    recorded, slot, failure, Tensor = RECORD.deferred, MARK.slot, torch.linalg.LinAlgError, torch.Tensor
+
+    def update(self: Any, preds: Any, target: Any, *, _tmpatch_route: Any) -> Any:
+        original = _tmpatch_route.original
+        if not _tmpatch_route.on:
+            return original(self, preds, target)
+        if CPU_FAST and type(preds) is Tensor and preds.is_cpu and not compiling():
+            try:
+                return original(self, preds, target)
+            except failure:  # a singular system (marked below, counted), or none of ours (raised again there)
+                if not recorded(self):
+                    raise
+        elif not recorded(self):
+            return original(self, preds, target)
+        token = slot.set(self)
+        try:
+            return original(self, preds, target)
+        finally:
+            slot.reset(token)
+
+    return inline(update)
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:

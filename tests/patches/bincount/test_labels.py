@@ -1,7 +1,8 @@
 """Labels made from scores need no range check: the formatter's argmax over one score per
-class, or its threshold, gives valid classes. Only the target is checked then (fewer kernels
-on a launch-bound GPU: benchmarks/kernel_counts.txt); scores with another number of columns
-are checked as labels are, and the states stay the release's on the valid positions."""
+class, or its threshold, gives valid classes. Only the target is checked then (its clamp
+makes the codes: fewer kernels on a launch-bound GPU, benchmarks/kernel_counts.txt); label
+predictions given by the user, or scores with another number of columns, are checked too
+(a table of both classes' codes), and the states stay the release's on the valid positions."""
 from __future__ import annotations
 
 import pytest
@@ -15,10 +16,12 @@ from torchmetrics import classification as cls
 
 @pytest.fixture
 def checked(monkeypatch):
-    """The tensors whose classes the update wrappers check (CPU shortcut off: the GPU's way)."""
+    """The predictions whose classes the edited statements check: a table of both classes'
+    codes, or a mask of each (CPU shortcut off: the GPU's way)."""
     seen = []
-    outside, not_binary = updates.outside, updates.not_binary
+    pairs, outside, not_binary = updates._pairs, updates.outside, updates.not_binary
     monkeypatch.setattr(metrics, "CPU_FAST", False)
+    monkeypatch.setattr(updates, "_pairs", lambda n, device: seen.append(n) or pairs(n, device))
     monkeypatch.setattr(updates, "outside", lambda x, n: seen.append(x) or outside(x, n))
     monkeypatch.setattr(updates, "not_binary", lambda x: seen.append(x) or not_binary(x))
     return seen
@@ -40,7 +43,7 @@ def _check(make, preds, target, valid, checks, checked):
 @pytest.mark.parametrize("metric_cls", [cls.MulticlassConfusionMatrix, cls.MulticlassAccuracy])
 def test_scores_of_every_class_check_the_target_alone(metric_cls, checked):
     preds, target = torch.randn(8, 4, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 7, 3, 2, -2, 1, 0])
-    _check(lambda: metric_cls(num_classes=4, validate_args=False), preds, target, (target >= 0) & (target < 4), 1,
+    _check(lambda: metric_cls(num_classes=4, validate_args=False), preds, target, (target >= 0) & (target < 4), 0,
            checked)
 
 
@@ -56,7 +59,7 @@ def test_scores_of_more_columns_check_the_labels_too(checked):
     cases.apply()
     metric = cls.MulticlassConfusionMatrix(num_classes=4, validate_args=False)
     metric.update(preds, target)
-    assert len(checked) == 2  # target and the labels
+    assert len(checked) == 1  # the labels, with the target
     assert_bitwise(metric.confmat, expected.confmat)
     assert cases.outcome(metric).startswith(f"RuntimeError: {cases.MESSAGE}3 value(s)")
 
@@ -65,9 +68,9 @@ def test_binary_scores_check_the_target_alone_and_labels_both(checked):
     target = torch.tensor([0, 1, 2, 1, 0, -1])
     valid = (target == 0) | (target == 1)
     make = lambda: cls.BinaryConfusionMatrix(validate_args=False)  # noqa: E731
-    _check(make, torch.tensor([0.1, 0.9, 0.4, 0.2, 0.7, 0.6]), target, valid, 1, checked)
+    _check(make, torch.tensor([0.1, 0.9, 0.4, 0.2, 0.7, 0.6]), target, valid, 0, checked)
     checked.clear()
-    _check(make, torch.tensor([0, 1, 1, 0, 1, 1]), target, valid, 2, checked)
+    _check(make, torch.tensor([0, 1, 1, 0, 1, 1]), target, valid, 1, checked)
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8, torch.float32])

@@ -13,18 +13,24 @@ deterministic mode upstream counts with an N x minlength mesh instead. Not fixed
 upstream (1.9.0 included).
 
 Repair, without a copy of the release's code (the release's functions run, wrapped,
-and two statements of five functions are edited: ``tmpatch.rewrite``):
+and the statements that remove ignored positions or make the codes are edited:
+``tmpatch.rewrite``), in no more kernels than the release's update launches:
 
 * ``metrics.py``: the class ``update`` marks a *recorded update* (a metric with a
   deferred-report book; binned curves only);
-* ``formatters.py``: the formatters' removal of ignored positions becomes a mark;
-* ``updates.py``: the update functions are handed inputs in which ignored and invalid
-  positions cannot count (negative codes, or a fixed value whose count is taken off);
-* ``counting.py``: ``_bincount`` counts into ``minlength`` bins on the device.
+* ``formatters.py``: the formatters' removal of ignored positions becomes two
+  selections (their target -1);
+* ``updates.py``: the statements that make the codes clamp the target one past each
+  end of its classes and make the same codes for valid positions, codes outside the
+  count's bins for the others (one op, or a table per device); the loops of large
+  curves are handed inputs whose left-out positions count a fixed value, taken off;
+* ``counting.py``: ``_bincount`` counts into ``minlength`` bins on the device (an
+  out-of-place ``put``; the codes left out wrap into spare bins).
 
 Invalid values — a target or label prediction outside the valid classes — are left out
 of every count (the states are the release's on the valid positions alone) and
-reported once, at the next ``compute()`` (``deferred_reports``). Upstream raises in
+reported once, at the next ``compute()`` (``deferred_reports``; the evidence is the
+clamped target or the codes, kept, not reduced, until then). Upstream raises in
 ``update()`` for some of them (a negative value; a class >= ``num_classes`` in the
 last row) and silently counts the others into neighbouring cells (a binary target 2
 in a binned curve lands in the next threshold's counts; a multilabel target 2 adds a
@@ -88,10 +94,10 @@ PATCH = Patch(
              Variant(span("1.0.0", "1.6.1"), "e1900853e6588990", metrics.build_update),
              Variant(span("1.6.2", "1.9.0"), "ef20a94ad2300515", metrics.build_update)),
         _one(_STAT_FN, "_multiclass_stat_scores_update",
-             Variant(span("1.0.0", "1.0.2"), "8f90619f8a069199", updates.build_stat_scores_update),
-             Variant(span("1.0.3", "1.5.2"), "cc69b1446ba8ac1d", updates.build_stat_scores_update),
-             Variant(span("1.6.0"), "802f14a7fbdad54a", updates.build_stat_scores_update),
-             Variant(span("1.6.1", "1.9.0"), "3ea2f317da52f574", updates.build_stat_scores_update)),
+             Variant(span("1.0.0", "1.0.2"), "8f90619f8a069199", updates.STAT_SCORES),
+             Variant(span("1.0.3", "1.5.2"), "cc69b1446ba8ac1d", updates.STAT_SCORES),
+             Variant(span("1.6.0"), "802f14a7fbdad54a", updates.STAT_SCORES),
+             Variant(span("1.6.1", "1.9.0"), "3ea2f317da52f574", updates.STAT_SCORES)),
         # confusion matrices (CohenKappa, JaccardIndex, MatthewsCorrCoef inherit update)
         _one(_CONFUSION, "BinaryConfusionMatrix.update",
              Variant(span("1.0.0", "1.9.0"), "b2f754606cd4e4a6", metrics.build_update)),
@@ -107,9 +113,9 @@ PATCH = Patch(
              Variant(span("1.0.0", "1.5.2"), "c739e24d7cdc0801", formatters.KEEP_IGNORED),
              Variant(span("1.6.0", "1.9.0"), "a2ca606903c4d0d0", formatters.KEEP_IGNORED)),
         _one(_CONFUSION_FN, "_binary_confusion_matrix_update",
-             Variant(span("1.0.0", "1.9.0"), "77c56c52094d11cf", updates.build_binary_confusion_update)),
+             Variant(span("1.0.0", "1.9.0"), "77c56c52094d11cf", updates.BINARY_CONFUSION)),
         _one(_CONFUSION_FN, "_multiclass_confusion_matrix_update",
-             Variant(span("1.0.0", "1.9.0"), "ca9e3e1c27758b54", updates.build_multiclass_confusion_update)),
+             Variant(span("1.0.0", "1.9.0"), "ca9e3e1c27758b54", updates.MULTICLASS_CONFUSION)),
         _one(_CONFUSION_FN, "_multilabel_confusion_matrix_update",
              Variant(span("1.0.0", "1.9.0"), "4997f253d2970f13", updates.MULTILABEL_CONFUSION)),
         # binned precision-recall curves (AUROC, AveragePrecision, ROC, EER, LogAUC, the X-at-fixed-Y
@@ -135,10 +141,16 @@ PATCH = Patch(
         _one(_CURVE_FN, "_binary_precision_recall_curve_update",
              Variant(span("1.0.0", "1.5.2"), "e1ab1b2d8deb2168", updates.build_binary_curve_update),
              Variant(span("1.6.0", "1.9.0"), "f0f0ec6270b7da95", updates.build_binary_curve_update)),
+        _one(_CURVE_FN, "_binary_precision_recall_curve_update_vectorized",
+             Variant(span("1.0.0", "1.5.2"), "ec301d9cf77fe882", updates.BINARY_CURVE),
+             Variant(span("1.6.0", "1.9.0"), "fbdbbf06e93f4942", updates.BINARY_CURVE)),
         _one(_CURVE_FN, "_multiclass_precision_recall_curve_update",
              Variant(span("1.0.0", "1.2.1"), "375945c4aec1ab7a", updates.build_multiclass_curve_update),
              Variant(span("1.3.0.post0", "1.5.2"), "0c602746dd8fe0a4", updates.build_multiclass_curve_update_average),
              Variant(span("1.6.0", "1.9.0"), "367132df6772a098", updates.build_multiclass_curve_update_average)),
+        _one(_CURVE_FN, "_multiclass_precision_recall_curve_update_vectorized",
+             Variant(span("1.0.0", "1.5.2"), "a3199ce0d1d26593", updates.MULTICLASS_CURVE),
+             Variant(span("1.6.0", "1.9.0"), "f1777e98e3580091", updates.MULTICLASS_CURVE)),
         _one(_CURVE_FN, "_multilabel_precision_recall_curve_update",
              Variant(span("1.0.0", "1.5.2"), "85ee9dd3d59f6bc9", updates.MULTILABEL_CURVE),
              Variant(span("1.6.0", "1.9.0"), "5c026a2163afc4da", updates.MULTILABEL_CURVE)),

@@ -1,9 +1,12 @@
-"""The update being recorded, the deferred report, and ``_bincount`` with fixed-size bins.
+"""The update being recorded, the deferred report, the device tables and ``_bincount``
+with fixed-size bins.
 
 A counting metric's ``update()`` (``metrics.py``) opens an :class:`Update` for the
-release's code below it to see; the formatter edits and update wrappers leave ignored
-and invalid positions in place but out of every count, and ``_bincount`` counts into
-``minlength`` bins on the input's device without reading anything back.
+release's code below it to see. The edits of the release's code-making statements
+(``updates.py``) make codes in which every position to leave out (ignored, or not a valid
+class) lies outside the count's ``minlength`` bins, note the report's evidence, and say
+how far the codes reach (:attr:`Update.space`); ``_bincount`` then counts them into fixed
+bins on the input's device without reading anything back.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from tmpatch import deferred, settings
 from tmpatch.compiled import ContextSlot, compiling
+from tmpatch.patches import _constants
 from tmpatch.spec import gated
 
 MESSAGE = (
@@ -39,20 +43,36 @@ RECORD = deferred.Record("bincount", _report)
 class Update:
     """What the release's code inside one recorded ``update()`` needs to know."""
 
-    __slots__ = ("metric", "labels", "ignored", "drop", "vouch", "counted")
+    __slots__ = ("metric", "labels", "keep", "skip", "drop", "space", "vouch", "counted")
 
     def __init__(self, metric: Any, labels: bool = False) -> None:
         self.metric = metric
         #: ``preds`` were scores of ``num_classes`` classes: the formatter's argmax labels are classes
         self.labels = labels
-        self.ignored: Any = None  # positions the formatter would have removed (ignore_index)
-        self.drop: Any = None  # positions already reported invalid, to leave out
+        self.keep: Any = None  # the formatter's kept positions (ignore_index); the others' target is -1
+        self.skip: Any = None  # positions to leave out unreported (nominal: rows holding a NaN)
+        self.drop: Any = None  # rows already reported invalid, to leave out (the micro curve's one-hot)
+        #: the next _bincount's codes lie in [-space, space): those outside [0, minlength) are left out
+        self.space = 0
         self.vouch = False  # the next _bincount input is negative exactly where positions are left out
         self.counted = False  # _bincount ran (the vectorised path, not a loop)
 
     def bad(self, mask: Any) -> None:
         """Report the positions of ``mask`` (True: invalid, not ignored) at compute."""
-        RECORD.add(self.metric, mask.sum())
+        RECORD.note(self.metric, mask, deferred.SUM)
+
+    def note(self, evidence: Any, kind: deferred.Kind, sign: int = 1) -> None:
+        """Count ``kind`` in ``evidence`` (a tensor made in this update) into the report, later."""
+        RECORD.note(self.metric, evidence, kind, sign)
+
+    def left_out(self) -> None:
+        """Take the formatter's kept positions and the skipped ones off the report (their codes
+        were made out of range, so the evidence counted them)."""
+        keep, skip, self.keep, self.skip = self.keep, self.skip, None, None
+        if keep is not None:
+            RECORD.note(self.metric, keep, deferred.FALSE, -1)
+        if skip is not None:
+            RECORD.note(self.metric, skip, deferred.SUM, -1)
 
 
 def _wide_int(dtype: Any) -> bool:
@@ -92,17 +112,39 @@ def active() -> bool:
     return settings.policy.get("bincount", "deferred") == "deferred"
 
 
+# -- device tables: made once per device (in compiled code: in the graph) ------------------
+def table(name: str, args: Tuple[Any, ...], device: Any, make: Callable[[], Any]) -> Any:
+    """The constant ``name(args)`` on ``device`` (``make()`` builds it), never written into."""
+    if compiling():
+        return make()
+    return _constants.cached(("bincount", name) + args + (device,), make)
+
+
+def counter(space: int, device: Any) -> Tuple[Any, Any]:
+    """``space`` int64 zeros, what a count starts from (copied by ``put``, never changed), and
+    a 0-d int64 one, every position's weight (expanded to the codes' length, a view)."""
+    import torch
+
+    return table("counter", (space,), device, lambda: (torch.zeros(space, dtype=torch.int64, device=device),
+                                                      torch.ones((), dtype=torch.int64, device=device)))
+
+
 def build_bincount(module: ModuleType) -> Callable[..., Any]:
     """``_bincount`` (every release): inside a recorded update, count into ``minlength``
-    int64 bins on the input's device (``scatter_add_``; on the CPU ``torch.bincount``,
-    which reads nothing back there). Values outside ``[0, minlength)`` are left out: where
-    the caller vouched (every value in range or negative) the negative ones are positions it
-    left out, else they are reported.
+    int64 bins on the input's device. Codes made by an edited statement lie in
+    ``[-space, space)``: an out-of-place ``put`` with accumulation adds each one at its
+    index (a negative one wraps to the end), and the first ``minlength`` bins are the
+    count, in one op, with no read (deterministic mode on CUDA, compiled code and other
+    devices: ``scatter_add_`` of the codes taken modulo ``space``). Other callers' values
+    outside ``[0, minlength)`` are left out: where the caller vouched (every value in range
+    or negative) the negative ones are positions it left out, else they are reported.
     Elsewhere (functional API, compute-time callers, metrics built before ``apply()``,
     no ``minlength``) the release's own ``_bincount`` runs."""
     import torch
 
-    zeros, where, int64, int32, bincount = torch.zeros, torch.where, torch.int64, torch.int32, torch.bincount
+    where, int64, int32, bincount, put = torch.where, torch.int64, torch.int32, torch.bincount, torch.put
+    new_zeros = torch.zeros
+    deterministic = getattr(torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled)
     integral = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 
     @gated(current)
@@ -111,7 +153,17 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
         if (update is None or type(minlength) is not int or minlength <= 0 or x.dtype not in integral
                 or x.dim() != 1):
             return original(x, minlength=minlength)
-        vouched, update.vouch, update.counted = update.vouch, False, True
+        space, vouched, update.space, update.vouch, update.counted = update.space, update.vouch, 0, False, True
+        if space and x.dtype is int64:  # codes of an edited statement: in [-space, space)
+            if (x.is_cpu or (x.is_cuda and not deterministic())) and not compiling():
+                # put_ accumulates (atomics on CUDA, serially on the CPU) and wraps negative indices
+                start, one = counter(space, x.device)
+                return put(start, x, one.expand(x.numel()), accumulate=True)[:minlength]
+            # compiled: int32 bins, as below; deterministic mode on CUDA and other devices: int64
+            kind = int32 if compiling() else int64
+            out = new_zeros(space, dtype=kind, device=x.device)
+            out.scatter_add_(0, x.remainder(space), torch.ones_like(x, dtype=kind))
+            return out[:minlength] if kind is int64 else out[:minlength].long()
         if x.is_cpu and x.numel() and not compiling():
             try:  # in range: torch.bincount is the count (and deterministic on the CPU)
                 out = bincount(x, minlength=minlength)
@@ -122,7 +174,7 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
         # compiled: int32 bins (exact: one update counts far fewer than 2**31 values), which inductor
         # adds to in its own kernel; int64 scatters are a separate, unfused call of ATen's
         kind = int32 if compiling() else int64
-        out = zeros(minlength, dtype=kind, device=x.device)
+        out = new_zeros(minlength, dtype=kind, device=x.device)
         if vouched:  # every value is in range or negative (a position left out): two kernels fewer.
             # The upper clamp only keeps a caller's defect in bounds (a CUDA scatter out of bounds
             # would end the process's CUDA context); every caller's codes stay below minlength

@@ -3,14 +3,16 @@
 The binary and multiclass confusion-matrix and precision-recall-curve formatters drop
 ``target == ignore_index`` with a boolean index (``preds = preds[idx]``: a
 data-dependent shape, one sync each on CUDA). Inside a recorded update the two
-statements give way to :func:`unremoved`: the positions stay, marked for the update
-wrappers (``updates.py``) to leave out of the counts; everywhere else the release's two
-statements run, in place (its removal, its line in tracebacks and audits). Ignored float ``preds`` are set to 0, a value in [0, 1], so the
-formatter's "logits or probabilities?" decision is taken on the kept values alone, as
-after the removal; ignored targets become class 0, so a one-hot encoding accepts them.
+statements give way to :func:`unremoved`: the positions stay, their target set to -1 (a
+code outside every count: ``updates.py``), the mask of kept positions noted for the
+report; everywhere else the release's two statements run, in place (its removal, its line
+in tracebacks and audits). Two selections, as many kernels as the two removals. Ignored
+float ``preds`` are set to 0, a value in [0, 1], so the formatter's "logits or
+probabilities?" decision is taken on the kept values alone, as after the removal.
 
 The multiclass curve formatter with ``average="micro"`` (1.3.0+) one-hot encodes the
-target itself: :func:`classes` takes out-of-range targets first (reported, left out).
+target itself: :func:`classes` takes out-of-range targets (ignored ones included) first
+(reported unless ignored, left out).
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from types import ModuleType
 from typing import Any, Dict, Tuple
 
 from tmpatch.patches.bincount.counting import outside, recorded
+
+where: Any = None  # torch.where, bound when the edits' names are made
 from tmpatch.spec import Edit, Rewrite
 
 _REMOVAL = "preds = preds[idx]\ntarget = target[idx]\n"
@@ -26,25 +30,28 @@ _ONE_HOT = "target = torch.nn.functional.one_hot(target, num_classes=num_classes
 
 def unremoved(preds: Any, target: Any, keep: Any) -> Tuple[Any, Any]:
     """``preds[keep], target[keep]`` (the release's removal), or, in a recorded update,
-    ``preds`` and ``target`` with every position, the ignored ones marked."""
+    ``preds`` and ``target`` with every position, the ignored ones' target -1 (and float
+    ``preds`` 0); ``keep`` noted for the report."""
     update = recorded()
     if update is None:
         return preds[keep], target[keep]
-    update.ignored = ~keep
+    update.keep = keep
     if preds.is_floating_point():
         rows = keep if preds.dim() == keep.dim() else keep.unsqueeze(-1)  # (N, C) multiclass rows
-        preds = preds.masked_fill(~rows, 0)
-    return preds, target.masked_fill(~keep, 0)
+        preds = where(rows, preds, 0)
+    return preds, where(keep, target, -1)
 
 
 def classes(target: Any, num_classes: int) -> Any:
     """``target`` for ``one_hot``; in a recorded update, out-of-range classes are reported
-    and replaced by class 0, their rows marked to be left out."""
+    (ignored ones, whose target is -1, left out unreported) and replaced by class 0, their
+    rows marked to be left out."""
     update = recorded()
     if update is None:
         return target
     invalid = outside(target, num_classes)
-    update.bad(invalid)
+    keep, update.keep = update.keep, None
+    update.bad(invalid if keep is None else invalid & keep)
     update.drop = invalid
     return target.masked_fill(invalid, 0)
 
@@ -55,6 +62,10 @@ def recording() -> bool:
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
+    global where
+    import torch
+
+    where = torch.where
     return {"_tmpatch_unremoved": unremoved, "_tmpatch_classes": classes, "_tmpatch_recording": recording}
 
 

@@ -9,6 +9,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from tmpatch import deferred, settings
 from tmpatch.compiled import compiling
+from tmpatch.deferred import ANY
+from tmpatch.patches import _constants
 from tmpatch.patches.nan_check.report import RECORD, _loaded, _Release
 
 #: on the CPU, an update without NaN takes the cast alone (no sync to save there); off, every
@@ -69,11 +71,11 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             mode = policy["nan_check"]
             if mode == "off":
                 return
-            if mode == "deferred":
+            if mode == "deferred":  # the mask itself is kept (ours, never changed): no kernel here
                 if compiling():  # torch.compile: the book through the metric (no lookup in the table)
-                    if record.add(metric, nan.any()):
+                    if record.note(metric, nan, ANY):
                         return
-                elif has_book(metric) is not None and record.add(metric, nan.any()):
+                elif has_book(metric) is not None and record.note(metric, nan, ANY):
                     return
             if nan.any():  # eager, or a metric built before apply(): a sync, as upstream
                 if strategy == "error":
@@ -146,8 +148,32 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             return kind
 
         if release.one_argument:
-            #: id(metric) -> (update count, NaN mask of the value, the value returned: our own tensor)
-            pending: Dict[int, Tuple[int, Any, Any]] = {}
+            #: id(metric) -> (update count, NaN mask of the value, the value returned: our own tensor, and the
+            #: value given when the value returned is still to fill)
+            pending: Dict[int, Tuple[int, Any, Any, Any]] = {}
+            empty, broadcast_to = torch.empty, torch.broadcast_to
+
+            def weight_of(metric: Any, given: Any, value: Any, weight: Any) -> Any:
+                """MeanMetric's weight call (1.0.0): fills the value returned by its first call (a
+                float32 value: the release's ``float()`` is the value itself) and returns the weight,
+                NaN in either left out (or imputed), in four kernels."""
+                strategy = metric.nan_strategy
+                if given.numel() == 0:  # update() returns before using them, but the release has checked
+                    if type(strategy) is str and strategy != "ignore":  # the weight on its own: a NaN is
+                        report(metric, strategy, weight != weight)  # reported
+                    return weight.float()
+                weight = broadcast_to(weight, given.shape)
+                if weight.is_complex():
+                    nan = (given != given) | (weight != weight)
+                else:
+                    both = maximum(given, weight) if weight.is_floating_point() else given
+                    nan = both != both
+                imputing = type(strategy) is not str
+                fill = _constants.full(strategy if imputing else 0.0, float32, given.device)
+                where(nan, fill, given, out=value)
+                if not imputing and strategy != "ignore":
+                    report(metric, strategy, nan)
+                return where(nan, 1.0 if imputing else 0.0, weight).float()
 
             def _cast_and_nan_check_input_1_0_0(original: Callable, self: Any, x: Any) -> Any:
                 tracing = compiling()
@@ -163,17 +189,24 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     stash, _paired.stash = _paired.stash, None
                     if stash is None or stash[0] is not self:  # MeanMetric's value
                         value = run(self, kind, self.nan_strategy, x, None, float32, False)[0]
-                        _paired.stash = (self, x != x, value)
+                        _paired.stash = (self, x != x, value, None)
                         return value
                 else:
                     stash = pending.pop(id(self), None)
                     if stash is None or stash[0] != self._update_count:  # MeanMetric's value
                         if len(pending) > 64:
                             pending.clear()  # updates that raised between the two calls
+                        if x.dtype is float32 and not x.requires_grad and type(self.nan_strategy) in (str, float):
+                            # the value is filled by the weight's call, which sees both: no kernel here
+                            value = empty(x.shape, dtype=float32, device=x.device)
+                            pending[id(self)] = (self._update_count, None, value, x)
+                            return value
                         value = run(self, kind, self.nan_strategy, x, None, float32, False)[0]
-                        pending[id(self)] = (self._update_count, x != x, value)
+                        pending[id(self)] = (self._update_count, x != x, value, None)
                         return value
-                _, value_nan, value = stash  # MeanMetric's weight: NaN where the value or the weight is
+                    if stash[3] is not None:  # MeanMetric's weight, the value still to fill
+                        return weight_of(self, stash[3], stash[2], x)
+                _, value_nan, value, _ = stash  # MeanMetric's weight: NaN where the value or the weight is
                 if value_nan.numel() == 0:  # update() returns before using it, but the release has
                     if type(self.nan_strategy) is str and self.nan_strategy != "ignore":  # checked the
                         report(self, self.nan_strategy, x != x)  # weight on its own: a NaN is reported
