@@ -1,6 +1,6 @@
 """The library sweep (``tmpatch audit --all``) on the release under test: no class that is
 sync-free unpatched syncs patched, no fewer classes are sync-free patched and no more keep a
-sync that is not inherent than recorded in ``sweep_expected.json``, and the README's counts
+sync that is not inherent than recorded in ``sweep_expected.json``, and the manual's counts (docs/results.rst)
 for 1.4.0 and 1.9.0 are the sweep's. The figures are recorded with one torch (the matrix's
 newest); with another, only the first check runs. The sweep runs once per module (fixture).
 Regenerate the figures with ``run_sweep().totals()`` and ``not_inherent()`` per release."""
@@ -37,7 +37,7 @@ def recorded() -> Dict[str, object]:
 
 
 def same_torch() -> bool:
-    """Whether this torch is the one the figures (and the README's counts) were recorded with:
+    """Whether this torch is the one the figures (and the manual's counts) were recorded with:
     an older torch's simulation may see other ops, so there only no-regression is checked."""
     import torch
 
@@ -95,7 +95,7 @@ def test_every_release_has_figures(sweep):
 
 def test_readme_counts(sweep):
     if sweep.release not in README_RELEASES or not same_torch():
-        pytest.skip(f"the README states the counts of 1.4.0 and 1.9.0 with torch {recorded()['torch']}")
+        pytest.skip(f"docs/results.rst states the counts of 1.4.0 and 1.9.0 with torch {recorded()['torch']}")
     stated = readme_counts().get(sweep.release)
     assert stated is not None, f"docs/results.rst has no counts line for {sweep.release}"
     totals = sweep.totals()
