@@ -265,7 +265,8 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
                 if _is_applied(name) or name in _pending:
                     continue
                 patch = catalogue.load(name)
-                if all(target.module in sys.modules for target in _here(patch)):
+                if gating.settled(patch, catalogue.release()) is not None or \
+                        all(target.module in sys.modules for target in _here(patch)):
                     _install(patch, sweep=True)
                 else:
                     _arm(patch)

@@ -39,6 +39,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Dict, List, Sequence, Tuple
 
+from packaging.version import Version
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CURRENT = "current"
 
@@ -79,14 +81,27 @@ RUN_LIMIT = 2400.0
 NUMPY_1 = re.compile(r"^2\.[0-2]\.")
 
 
+#: releases before 1.0 import ``pkg_resources`` (setuptools), gone from setuptools 81: they get
+#: the setuptools that Python 3.11's venvs are made with, in their own folder
+PKG_RESOURCES = "setuptools<66"
+
+
+def extras(release: str) -> List[str]:
+    """What ``release`` imports beyond the venv's packages, installed beside it."""
+    return [PKG_RESOURCES] if Version(release) < Version("1.0") else []
+
+
 def install(release: str, folder: str) -> None:
-    """torchmetrics ``release`` into ``folder/release`` (once)."""
+    """torchmetrics ``release`` (and its :func:`extras`) into ``folder/release`` (once)."""
     target = os.path.join(folder, release)
-    if os.path.exists(os.path.join(target, "torchmetrics", "__init__.py")):
+    marks = [os.path.join(target, "torchmetrics", "__init__.py")]
+    if extras(release):
+        marks.append(os.path.join(target, "pkg_resources", "__init__.py"))
+    if all(os.path.exists(mark) for mark in marks):
         return
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
-         "--target", target, f"torchmetrics=={release}"],
+         "--target", target, "--upgrade", f"torchmetrics=={release}", *extras(release)],
         check=True,
     )
 
