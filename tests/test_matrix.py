@@ -63,6 +63,13 @@ def test_venv_requirements_come_from_setup_cfg():
         assert {"pytest", "hypothesis", "packaging", "lightning-utilities"} <= set(reqs)
 
 
+def test_releases_before_1_0_get_pkg_resources_beside_them():
+    """0.10/0.11 import ``pkg_resources``, which setuptools 81+ no longer has."""
+    matrix = _matrix_module()
+    assert matrix.extras("0.11.4") == matrix.extras("0.10.1") == [matrix.PKG_RESOURCES]
+    assert matrix.extras("1.0.0") == matrix.extras("1.9.0") == []
+
+
 def test_no_tests_collected_is_a_failure(monkeypatch, capsys):
     matrix = _matrix_module()
     monkeypatch.setattr(matrix, "install", lambda release, folder: None)

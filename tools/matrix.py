@@ -45,9 +45,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CURRENT = "current"
 
 #: every release where a target's code changed (tools/fingerprints.py shows them), and the ones the
-#: core issues name
+#: core issues name. The first runs the ``once`` tests (packaging and start-up among them): 1.0.0. Then
+#: 0.10.x-0.11.x, a release of each group of the same code: 0.10.1 (0.10.0-0.10.1), 0.10.3 (0.10.2-0.10.3),
+#: 0.11.1 (0.11.0-0.11.1, and the stat-scores update of 0.11.0-0.11.2), 0.11.3, 0.11.4 (the common pin)
 RELEASES = (
-    "1.0.0", "1.0.1", "1.0.2", "1.0.3", "1.1.2", "1.2.1", "1.3.2", "1.4.0", "1.4.1",
+    "1.0.0", "0.10.1", "0.10.3", "0.11.1", "0.11.3", "0.11.4",
+    "1.0.1", "1.0.2", "1.0.3", "1.1.2", "1.2.1", "1.3.2", "1.4.0", "1.4.1",
     "1.5.2", "1.6.0", "1.6.1", "1.6.2", "1.7.0", "1.7.2", "1.7.4", "1.8.0", "1.8.2", "1.9.0",
 )
 
@@ -61,7 +64,9 @@ BETWEEN = "0.1"
 PLAN: Dict[str, Tuple[str, ...]] = {
     CURRENT: RELEASES,
     "2.5.1": ("1.6.1", "1.5.2"),  # autumn 2024; 1.6.1 + 2.5.1: the best-known report of metric syncs
-    "2.1.2": ("1.0.0",),  # winter 2023: the oldest torch supported (tmpatch.audit.support.MIN_TORCH)
+    # winter 2023: the oldest torch the audit supports (tmpatch.audit.support.MIN_TORCH); 0.11.4: the pin of
+    # Lightning 1.9/2.0 projects, the last release before the 1.0 API change
+    "2.1.2": ("1.0.0", "0.11.4"),
 }
 
 #: with an older torch, the tests whose outcome can depend on torch: the audit, every patch

@@ -60,6 +60,8 @@ CASES = {
                                                                  kernel_size=5), lambda: _images(1, 2, 12, 12), True),
     "SSIM(data_range=None)": (I.StructuralSimilarityIndexMeasure, lambda: _images(1, 2, 12, 12), True),
 }
+if not HAS_1_0:  # 0.10-0.11 keep the target's range with Python's min/max of device values
+    CASES["PSNR(data_range=None)"] = (lambda: I.PeakSignalNoiseRatio(), lambda: _images(2, 3, 8, 8), True)
 if HAS_1_0:
     CASES["PSNRB"] = (_psnrb, lambda: _images(2, 1, 20, 18), True)
     CASES["RMSE-SW"] = (I.RootMeanSquaredErrorUsingSlidingWindow, lambda: _images(1, 2, 12, 12), True)
@@ -336,4 +338,27 @@ def test_ssim_default_data_range_is_the_releases_choice(scale):
     want = _flat(tmpatch.get_original(function)(preds, target))
     got = _flat(function(preds, target))
     for a, b in zip(got, want):
+        assert_bitwise(a, b)
+
+
+@pytest.mark.skipif(HAS_1_0, reason="0.10-0.11: PSNR's range kept with Python's min/max")
+def test_psnr_range_is_the_releases_choice_nan_included():
+    """``min(target.min(), state)`` is ``state if state < target.min() else target.min()``: a NaN on
+    either side picks the same tensor value as the release's comparison (torch.minimum would not)."""
+    nan = float("nan")
+    batches = [torch.tensor([[0.2, 0.5]]), torch.tensor([[nan, 0.1]]), torch.tensor([[0.7, 0.9]]),
+               torch.tensor([[-1.0, 3.0]])]
+
+    def run():
+        metric = I.PeakSignalNoiseRatio()
+        out = []
+        for batch in batches:
+            metric.update(batch * 0.5, batch)
+            out += [metric.min_target.clone(), metric.max_target.clone()]
+        return out
+
+    want = run()
+    _apply()
+    helper.CPU_FAST = False  # the device path, on real values
+    for a, b in zip(run(), want):
         assert_bitwise(a, b)

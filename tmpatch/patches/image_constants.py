@@ -9,6 +9,9 @@ the device, or read a device value to choose a constant:
   index list both copied);
 * ``_compute_bef`` (PSNRB): four index lists built on the host (``torch.tensor(range(...))``)
   index the device image (each copied), and ``t = ... if d_b > d_bc else 0`` reads the device;
+* ``PeakSignalNoiseRatio.update`` of 0.10-0.11 with ``data_range=None``: ``min(target.min(),
+  self.min_target)`` and the ``max`` likewise, Python's comparison of two device values (a read
+  each): chosen with ``torch.where``, the same choice (1.0.0 uses ``torch.minimum``/``maximum``);
 * ``_ssim_update`` with ``gaussian_kernel=False`` (StructuralSimilarityIndexMeasure, MS-SSIM):
   ``torch.tensor(kernel_size, ...)`` for the uniform kernel's size; with ``data_range=None``
   (the default) ``max(preds.max() - preds.min(), target.max() - target.min())`` compares two
@@ -184,6 +187,15 @@ SSIM = _swapped("kernel = torch.ones((channel, 1, *kernel_size), dtype=dtype, de
                                "    target.max() - target.min() > preds.max() - preds.min(),\n"
                                "    target.max() - target.min(), preds.max() - preds.min())", _DATA_RANGE),))
 MS_SSIM = _swapped("betas = torch.tensor(betas, device=mcs_stack.device).view(-1, 1)")
+#: 0.10-0.11: PSNR with ``data_range=None`` keeps the target's range with Python's ``min``/``max`` of two
+#: device values (a read each; 1.0.0 uses torch.minimum/maximum). ``min(a, b)`` is ``b if b < a else a``
+PSNR_RANGE = Rewrite(tuple(
+    _unless("_tmpatch_on_device(target)",
+            f"_tmpatch_found = target.{fn}()\n"
+            f"self.{fn}_target = _tmpatch_select(self.{fn}_target {op} _tmpatch_found, self.{fn}_target, "
+            "_tmpatch_found)",
+            f"self.{fn}_target = {fn}(target.{fn}(), self.{fn}_target)")
+    for fn, op in (("min", "<"), ("max", ">"))), _names)
 MS_SSIM_TOTAL = _swapped(
     "self.total += torch.tensor(preds.shape[0], dtype=self.total.dtype, device=self.total.device)")
 VIF = _swapped("eps = torch.tensor(1e-10, dtype=dtype, device=device)",
@@ -213,6 +225,9 @@ PATCH = Patch(
         Label(PATCHED, "PSNRB reads d_b > d_bc (block effect) and, before 1.8.0, data_range > 2 (compute); the "
               "image_constants patch chooses with torch.where", function=r"_compute_bef|_psnrb_compute",
               op="aten._local_scalar_dense"),
+        Label(PATCHED, "PSNR (0.10-0.11, data_range=None) keeps the target's range with Python's min/max of device "
+              "values; the image_constants patch chooses with torch.where", function="update",
+              file="torchmetrics/image/psnr.py", op="aten._local_scalar_dense"),
         Label(PATCHED, "SSIM with data_range=None compares the two ranges in Python (max of two device values); the "
               "image_constants patch chooses with torch.where", function="_ssim_update", op="aten._local_scalar_dense"),
         Label(PATCHED, "MS-SSIM (1.6.2+) copies the batch size to the device; the image_constants patch fills it",
@@ -242,12 +257,17 @@ PATCH = Patch(
         Target(module=f"{_IMG}.rase", qualname="relative_average_spectral_error", present=_SINCE_1_0,
                variants=_variants(
             RASE, (span("1.0.0", "1.6.1"), "cd8d639fe5b06241"), (span("1.6.2", "1.9.0"), "2eb67f58c482d671"))),
+        # there from 1.0.0 too, with torch.minimum/maximum: a target up to 0.11.4 only
+        Target(module="torchmetrics.image.psnr", qualname="PeakSignalNoiseRatio.update",
+               present=span("0.10.0", "0.11.4"), shared=True,
+               variants=(Variant(span("0.10.0", "0.11.4"), "a90186422f5fdd83", PSNR_RANGE),)),
         Target(module=f"{_IMG}.ssim", qualname="_ssim_update", variants=_variants(
             SSIM, (span("0.10.0", "0.10.1"), "3620ad109367752c"), (span("0.10.2", "0.11.4"), "ea4129b62ea027be"),
             (span("1.0.0", "1.3.1"), "267799157d904012"), (span("1.3.2", "1.4.1"), "ec67b3d6e5e5c741"),
             (span("1.4.2", "1.5.2"), "6c13e38998c1a484"), (span("1.6.0", "1.9.0"), "2f9d9f33f0a612b2"))),
         Target(module=f"{_IMG}.ssim", qualname="_multiscale_ssim_update", variants=_variants(
-            MS_SSIM, (span("0.10.0", "0.11.4"), "7576fbc255e87f63"), (span("1.0.0", "1.5.2"), "badd94c11ebc0278"), (span("1.6.0", "1.9.0"), "f404a1bef7fe1e0f"))),
+            MS_SSIM, (span("0.10.0", "0.11.4"), "7576fbc255e87f63"), (span("1.0.0", "1.5.2"), "badd94c11ebc0278"),
+            (span("1.6.0", "1.9.0"), "f404a1bef7fe1e0f"))),
         Target(module="torchmetrics.image.ssim", qualname="MultiScaleStructuralSimilarityIndexMeasure.update",
                variants=(
             Variant(span("0.10.0", "1.6.1"), "fb20240c8b6da156"),  # ``self.total += preds.shape[0]``: no copy
