@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 
 from packaging.version import Version
 
@@ -119,3 +120,29 @@ def test_explore_gives_each_run_fresh_draws_and_its_own_database(monkeypatch):
     matrix.run(sys.executable, "1.9.0", "/nowhere", [], explore="2.13.0-1.9.0")
     assert seen["TMPATCH_HYPOTHESIS"] == "explore"
     assert seen["TMPATCH_HYPOTHESIS_DB"] == os.path.join(ROOT, ".hypothesis", "2.13.0-1.9.0")
+
+
+def test_a_venv_is_made_once_by_concurrent_callers(monkeypatch, tmp_path):
+    """``.venvs`` is shared by checkouts: a second caller waits for the first (a lock beside the
+    venv) instead of clearing the venv it is filling, and finds it made."""
+    import threading
+
+    matrix = _matrix_module()
+    python = str(tmp_path / "venvs" / "torch-9.9.9" / "bin" / "python")
+    monkeypatch.setattr(matrix, "venv_python", lambda version: python)
+    fills = []
+
+    def fill(version, interpreter, done):
+        fills.append(version)
+        time.sleep(0.5)
+        os.makedirs(os.path.dirname(done), exist_ok=True)
+        open(done, "w").close()
+
+    monkeypatch.setattr(matrix, "_fill_venv", fill)
+    found = []
+    threads = [threading.Thread(target=lambda: found.append(matrix.make_venv("9.9.9"))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert fills == ["9.9.9"] and found == [python] * 3

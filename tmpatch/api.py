@@ -170,8 +170,10 @@ def _install(patch: Patch, sweep: bool) -> None:
         patch.after_apply()
     if state == State.APPLIED:
         log.info("tmpatch: %s applied (%s)", patch.name, reason)
-    elif state in State.PROBLEMS:
+    elif state in State.PROBLEMS and not gating.declined(patch, catalogue.release()):
         log.warning("tmpatch: %s %s: %s", patch.name, state, reason)
+    elif state in State.PROBLEMS:  # a release the patch leaves alone on purpose: status() says why
+        log.info("tmpatch: %s %s: %s", patch.name, state, reason)
     else:
         log.debug("tmpatch: %s %s: %s", patch.name, state, reason)
     _rows[patch.name] = (state, reason)

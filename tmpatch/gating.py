@@ -38,6 +38,12 @@ def settled(patch: Patch, release: Optional[str]) -> Optional[Tuple[str, str]]:
     return None
 
 
+def declined(patch: Patch, release: Optional[str]) -> bool:
+    """Whether ``release`` is one ``patch`` declines (``Patch.declines``): left alone on purpose,
+    so not worth a warning at every start (its row says why)."""
+    return release is not None and any(spec.contains(d.releases, release) for d in patch.declines)
+
+
 def recognise(patch: Patch, release: Optional[str], original: Callable[[Target], Any]) -> Tuple[str, str, Found]:
     """What to do with ``patch`` on ``release``: a state, its reason, and the variants
     found (empty unless the state is APPLIED or NOT_NEEDED). ``original(target)`` gives

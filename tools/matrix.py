@@ -131,11 +131,25 @@ def venv_python(torch_version: str) -> str:
 
 
 def make_venv(torch_version: str) -> str:
-    """The venv for ``torch_version``, made (once) if missing; returns its interpreter."""
+    """The venv for ``torch_version``, made (once) if missing; returns its interpreter. ``.venvs``
+    may be shared by several checkouts: the making holds a lock beside the venv, so that a second
+    caller waits for the first instead of clearing the venv it is filling."""
+    import fcntl
+
     python = venv_python(torch_version)
-    done = os.path.join(os.path.dirname(os.path.dirname(python)), ".tmpatch-ready")
+    folder = os.path.dirname(os.path.dirname(python))
+    done = os.path.join(folder, ".tmpatch-ready")
     if os.path.exists(done):
         return python
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    with open(folder + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(done):  # made by another caller while this one waited
+            _fill_venv(torch_version, python, done)
+    return python
+
+
+def _fill_venv(torch_version: str, python: str, done: str) -> None:
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", "--clear", os.path.dirname(os.path.dirname(python))], check=True)
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
@@ -144,7 +158,6 @@ def make_venv(torch_version: str) -> str:
     open(done, "w").close()
     sys.stdout.write(f"torch {torch_version}: venv made in {time.monotonic() - start:.0f}s\n")
     sys.stdout.flush()
-    return python
 
 
 def run(python: str, release: str, folder: str, pytest_args: Sequence[str],
