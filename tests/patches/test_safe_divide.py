@@ -79,7 +79,8 @@ def test_old_releases_wrote_into_the_callers_denominator_and_the_patch_does_not(
     assert denom.tolist() == [0.0, 2.0]
 
 
-@pytest.mark.skipif(HAS_ZERO_DIVISION or release_in("<0.11.0"), reason="ExactMatch from 0.11.0; 0.11-1.3 write in place")
+@pytest.mark.skipif(HAS_ZERO_DIVISION or release_in("<0.11.0"),
+                    reason="ExactMatch from 0.11.0; 0.11-1.3 write in place")
 def test_exact_match_keeps_its_total_state_through_a_compute_before_any_update():
     """0.11-1.3: ExactMatch's compute() hands its ``total`` state to _safe_divide as the
     denominator; a compute before any update wrote 1 into it, and every later result was off."""

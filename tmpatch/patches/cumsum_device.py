@@ -55,7 +55,7 @@ PATCH = Patch(
     summary="deterministic-mode cumsum comes back to the input's GPU, not the current one",
     known=since("0.10.0"),
     declines=(Decline(span("0.10.0", "0.11.4"),
-                      "nothing to repair: 0.10-0.11 have no _cumsum (their curves call torch.cumsum, no CPU round trip)",
+                      "nothing to repair: 0.10-0.11 have no _cumsum (their curves call torch.cumsum, no round trip)",
                       needed=False),),
     upstream="#2608; fixed in 1.4.1 by PR #2636",
     changes=("in deterministic mode a curve computed on cuda:N stays on cuda:N (was: the current GPU); values are "

@@ -168,7 +168,8 @@ PATCH = Patch(
     summary="CramersV, PearsonsContingencyCoefficient, TheilsU and TschuprowsT count their table with "
             "torch.bincount (CUDA reads min and max) and drop NaN rows with a boolean index; counted in fixed bins",
     known=since("0.10.0"),
-    declines=(Decline(span("0.10.0", "0.10.3"), "nothing to repair: the nominal metrics came in 0.11.0", needed=False),),
+    declines=(Decline(span("0.10.0", "0.10.3"), "nothing to repair: the nominal metrics came in 0.11.0",
+                      needed=False),),
     upstream="not fixed upstream (the nominal updates call the confusion-matrix update and _bincount)",
     changes="a category outside [0, num_classes) is left out of the table and reported once at the next "
             "compute() (upstream counts it in another cell or raises in update())",

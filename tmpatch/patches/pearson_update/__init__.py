@@ -30,8 +30,9 @@ first update reads the condition once, with whether the counts are all zero, in 
 are the release's bit for bit (the condition is the release's, by proof or by reading it).
 The functional API reads as the release does.
 
-Releases: 0.10.0-0.11.4 not needed (an update without the branch); 1.0.0-1.7.3 patched (five implementations of ``_pearson_corrcoef_update``, one of
-the class ``update`` and of its ``__init__``, two of ``Metric._apply``, ``Metric.reset`` and
+Releases: 0.10.0-0.11.4 not needed (an update without the branch: no read); 1.0.0-1.7.3
+patched (five implementations of ``_pearson_corrcoef_update``, one of the class ``update``
+and of its ``__init__``, two of ``Metric._apply``, ``Metric.reset`` and
 ``Metric._copy_state_dict``); 1.7.4+ not needed.
 """
 from __future__ import annotations
