@@ -227,7 +227,8 @@ def _disarm_unused() -> None:
     needed = {t.module for name in _pending for t in _here(catalogue.load(name))}
     if _pending:
         needed.add(catalogue.HOST)
-    needed.add(compiled.DYNAMO)  # the patches still applied need torch.compile's pieces bound on its import
+    if _pending or any(state == State.APPLIED for state, _ in _rows.values()):
+        needed.add(compiled.DYNAMO)  # the patches still applied need torch.compile's pieces bound on its import
     for module_name in _engine.armed():
         if module_name not in needed:
             _engine.disarm(module_name)

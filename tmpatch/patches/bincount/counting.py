@@ -75,16 +75,25 @@ class Update:
             RECORD.note(self.metric, skip, deferred.SUM, -1)
 
 
+#: int32 and int64 -> the most classes ``clamp`` can bound there (filled on first use; torch 2.0's
+#: dtypes have no ``itemsize``)
+_WIDE: dict = {}
+
+
 def _wide_int(dtype: Any) -> bool:
     """int32 or int64: ``clamp`` takes any class count of ours there (int8/16 and uint8 would
     overflow on a large one)."""
-    return dtype.is_signed and dtype.itemsize >= 4 and not dtype.is_floating_point and not dtype.is_complex
+    if not _WIDE:
+        import torch
+
+        _WIDE.update({torch.int32: 2 ** 31, torch.int64: 2 ** 63})
+    return dtype in _WIDE
 
 
 def outside(x: Any, count: int) -> Any:
     """Where ``x`` is not a class of ``[0, count)`` (NaN included): for int32/int64 tensors
     ``clamp`` and ``!=`` (two kernels; on a launch-bound GPU each costs host time)."""
-    if _wide_int(x.dtype) and 1 <= count <= 2 ** (8 * x.dtype.itemsize - 1):
+    if _wide_int(x.dtype) and 1 <= count <= _WIDE[x.dtype]:
         return x.clamp(0, count - 1) != x
     if x.dtype.is_floating_point:
         return ~((x >= 0) & (x < count))
