@@ -4,7 +4,7 @@ import torch
 
 from tmpatch.audit import SyncKind, audit
 
-from tests.audit.helpers import release_in
+from tests.audit.helpers import counts_with_bincount, release_in
 
 pytest.importorskip("torchmetrics")
 
@@ -54,8 +54,8 @@ def test_multiclass_accuracy_bincount():
     metric = MulticlassAccuracy(num_classes=5, validate_args=False)
     report = audit(metric.update, torch.randn(8, 5), torch.randint(0, 5, (8,)))
     shapes = _at(report.of_kind(SyncKind.DATA_DEPENDENT_SHAPE), "torchmetrics/utilities/data.py")
-    assert report.complete and [p.op for p in shapes] == ["aten.bincount"]
-    assert shapes[0].function == "_bincount"
+    assert report.complete and [p.op for p in shapes] == (["aten.bincount"] if counts_with_bincount() else [])
+    assert all(p.function == "_bincount" for p in shapes)
 
 
 @pytest.mark.filterwarnings("ignore:You are trying to use a metric in deterministic mode")
