@@ -323,6 +323,7 @@ PATCH = Patch(
             module=_METRIC,
             qualname="Metric.state_dict",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "bbebc48a80bfe960", _build_state_dict),
                 Variant(span("1.0.0", "1.3.1"), "053d8e2020a77d7a", _build_state_dict),
                 Variant(span("1.3.2", "1.5.2"), "c0f248a8c69ecc78", _build_state_dict),
                 Variant(span("1.6.0", "1.9.0"), "4c5aff2dc41d2932", _build_state_dict),
@@ -332,6 +333,7 @@ PATCH = Patch(
             module=_METRIC,
             qualname="Metric.__getstate__",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "9996a30245e5558b", _build_getstate),
                 Variant(span("1.0.0", "1.5.2"), "af232a93d4f8018a", _build_getstate),
                 Variant(span("1.6.0", "1.9.0"), "ed346df0a94f210f", _build_getstate),
             ),
@@ -346,7 +348,8 @@ PATCH = Patch(
             module=_METRIC,
             qualname="Metric.sync",
             variants=(
-                Variant(span("1.0.0", "1.3.2"), "11501a2cfbe5730e", _build_sync),
+                Variant(span("0.10.0", "0.10.3"), "03e6fa6b93646a5f", _build_sync),  # no distributed_available_fn
+                Variant(span("0.11.0", "1.3.2"), "11501a2cfbe5730e", _build_sync),
                 Variant(span("1.4.0", "1.9.0"), "00416aa799a99c1b", _build_sync),
             ),
         ),
