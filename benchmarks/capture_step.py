@@ -19,8 +19,8 @@ The parent runs ``--rounds`` rounds, each one block of ``--number`` steps of eve
 in rotating order, and reports the median step time, its ratio to ``no metrics`` (the
 compiled ones also to ``compiled, no metrics``) and the metrics' share of the step
 (``variant / its no-metrics step - 1``; the goal: at most 5% for ``captured``). Each child
-also reports the graphs inductor did not capture (``counters["inductor"]["cudagraph_skips"]``)
-and whether the metrics' results equal those of ``eager patched`` (``same``). Not run on a GPU
+also reports the graphs inductor did not capture (``counters["inductor"]["cudagraph_skips"]``;
+the reasons are in its log, ``--logs``) and whether the metrics' results equal those of ``eager patched`` (``same``). Not run on a GPU
 here: the CPU smoke run checks the script.
 """
 from __future__ import annotations
@@ -45,6 +45,10 @@ def child(args: argparse.Namespace, variant: str) -> None:
 
     if args.device == "cpu":
         torch.set_num_threads(1)
+    try:  # inductor's reasons for each graph it did not capture ("skipping cudagraphs due to ..."): the child's log
+        torch._logging.set_logs(perf_hints=True)
+    except Exception:  # noqa: BLE001 - an older torch without the artifact
+        pass
     if variant not in ("no metrics", "eager release", "compiled, no metrics"):
         import tmpatch
 

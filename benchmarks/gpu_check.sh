@@ -5,12 +5,15 @@
 #   2. benchmarks/train_step.py --device cuda: step time and real syncs per step, no metrics /
 #      unpatched / patched;
 #   3. benchmarks/cuda_counts_check.py: the lean counting updates (put, negative-index tables,
-#      histc) give the release's states and the CPU's report counts on the GPU.
+#      histc) give the release's states and the CPU's report counts on the GPU;
+#   4. benchmarks/capture_step.py --device cuda: the launch-bound step with metrics eager, captured in
+#      CUDA graphs (tmpatch.capture) and compiled with mode="reduce-overhead" (cudagraph skips counted).
 #
 #   bash benchmarks/gpu_check.sh OUTDIR [RELEASE ...]      (default releases: 1.9.0 1.4.0)
 #
 # Writes OUTDIR/calibration-R.txt and .json per release, OUTDIR/train_step-gpu.txt,
-# OUTDIR/cuda_counts_check.txt and OUTDIR/log.txt (versions, stderr, exit codes). PYTHON picks the interpreter (default python3).
+# OUTDIR/cuda_counts_check.txt, OUTDIR/capture_step-gpu.txt and OUTDIR/log.txt (versions, stderr,
+# exit codes). PYTHON picks the interpreter (default python3).
 # Each command has a time limit, so that what finished comes back even if one hangs.
 set -u
 out=${1:?usage: bash benchmarks/gpu_check.sh OUTDIR [RELEASE ...]}
@@ -42,5 +45,9 @@ for release in "${releases[@]}"; do
     PYTHONPATH=$path timeout 60 "$py" benchmarks/cuda_counts_check.py --device cuda \
         >>"$out/cuda_counts_check.txt" 2>>"$log"
     echo "cuda_counts_check $release: exit $?" >>"$log"
+    echo "== capture_step $release" >>"$log"
+    PYTHONPATH=$path timeout 240 "$py" benchmarks/capture_step.py --device cuda --release "$release" \
+        >>"$out/capture_step-gpu.txt" 2>>"$log"
+    echo "capture_step $release: exit $?" >>"$log"
 done
 date -u >>"$log"

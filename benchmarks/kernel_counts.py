@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import re
 import statistics
 import sys
@@ -106,12 +107,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     import torchmetrics
 
+    import tmpatch
     from tmpatch.audit.panel import ROWS
     from tmpatch.audit.rows import _resolve
 
     times = gpu_times(args.gpu_times) if args.gpu_times else {}
     print(f"kernel_counts: torch {torch.__version__}, torchmetrics {torchmetrics.__version__}; kernels per update() "
-          "(second call) on simulated CUDA")
+          f"(second call) on simulated CUDA; tmpatch from {os.path.dirname(os.path.dirname(tmpatch.__file__))}")
     head = f"{'row':<62} {'unpatched':>9} {'patched':>8} {'ratio':>6}" + (f" {'GPU time ratio':>15}" if times else "")
     print("\n" + head)
     pairs: List[Tuple[float, float]] = []

@@ -14,7 +14,6 @@ are made when it is imported, by a post-import hook armed with :func:`prepare`.
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import sys
@@ -43,11 +42,10 @@ class _State:
     flag alone is torch's answer (``is_compiling()`` reads it, with no dynamo to ask).
     An attribute read instead of three calls, on paths every ``update()`` takes."""
 
-    __slots__ = ("is_compiling", "dynamic_ints", "dynamo_bound", "dynamo_absent", "flags")
+    __slots__ = ("is_compiling", "dynamo_bound", "dynamo_absent", "flags")
 
     def __init__(self) -> None:
         self.is_compiling: Callable[[], bool] = _never
-        self.dynamic_ints: Callable[[], Any] = contextlib.nullcontext
         self.dynamo_bound = False
         self.dynamo_absent = False
         self.flags: Any = _NoFlag
@@ -83,13 +81,6 @@ def compiling() -> bool:
     """Whether torch.compile is tracing the caller (False in eager code)."""
     state = _state
     return state.flags._is_compiling_flag if state.dynamo_absent else state.is_compiling()
-
-
-def dynamic_ints() -> Any:
-    """A context manager under which torch.compile treats integer attributes of modules as
-    dynamic (a symbol, not a constant to guard on): its traceable config patch
-    ``allow_unspec_int_on_nn_module`` where torch has one (2.13 has, 2.5.1 has not), else nothing."""
-    return _state.dynamic_ints()
 
 
 class Outside:
@@ -193,10 +184,6 @@ def on_dynamo(module: Any) -> None:
     """Post-import hook of ``torch._dynamo``: bind the pieces that need it."""
     _absent(False)
     _bind_torch()
-    patch = getattr(getattr(module, "decorators", None), "patch_dynamo_config", None)
-    allowed = getattr(getattr(module, "decorators", None), "_allowed_config_patches", ())
-    if patch is not None and "allow_unspec_int_on_nn_module" in allowed:
-        _state.dynamic_ints = lambda: patch(allow_unspec_int_on_nn_module=True)
     for outside in _outsides:
         outside._bind(module)
     _state.dynamo_bound = True

@@ -152,9 +152,9 @@ SETTINGS = (
             "reported at compute() (deferred), or the release's own _bincount (eager)",
             choices=("deferred", "eager"), policy=True),
     Setting("update_count", "how a compiled update() raises the metric's update count: on the metric's device in "
-            "the graph, folded into the count at its next read (device), run eagerly, one graph break per update "
-            "(outside), or the release's increment in the graph, which torch.compile guards (traced)",
-            choices=("device", "outside", "traced"), policy=True),
+            "the graph, folded into the count at its next read (device), or run eagerly, one graph break per update "
+            "(outside)",
+            choices=("device", "outside"), policy=True),
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -52,9 +52,8 @@ Defects (every release, not fixed upstream; torchmetrics issue #1780):
   ``revert()`` (its ``__bool__`` also cost two Python calls per ``_bincount``).
 
 Policies (``update_count``): ``device`` (above); ``outside``: the increment runs eagerly
-from compiled code (``torch.compiler.disable``: a graph break per update); ``traced``: the
-release's increment in the graph (guarded: a recompile per step unless torch treats the
-integer as dynamic). A metric built before ``apply()`` has no tally: ``outside`` for it.
+from compiled code (``torch.compiler.disable``: a graph break per update). A metric built
+before ``apply()`` keeps the release's update (its count is a guard).
 
 Releases: 1.0.0-1.9.0 (``_wrap_update`` unchanged throughout; three implementations of
 ``MetricCollection.update`` and of ``_compute_groups_create_state_ref``);
@@ -98,12 +97,14 @@ class Tally:
 
 class _Live:
     """``on`` while the patch is applied (the count descriptor in place): compiled updates of
-    metrics built while it was may leave their count in their tally."""
+    metrics built while it was may leave their count in their tally. ``store_in_graph``: dynamo
+    traces a store into a module's ``__dict__`` (torch 2.6+; 2.5 does not: a graph break)."""
 
-    __slots__ = ("on",)
+    __slots__ = ("on", "store_in_graph")
 
     def __init__(self) -> None:
         self.on = False
+        self.store_in_graph = False
 
 
 _live = _Live()
@@ -194,38 +195,64 @@ def fold() -> None:
             metric.__dict__[COUNT] = source.__dict__.get(COUNT, 0)
 
 
-class CountSlot:
+def _read(obj: Any) -> Any:
+    if pending.counts:
+        fold()
+    try:
+        return obj.__dict__[COUNT]
+    except KeyError:
+        raise AttributeError(COUNT) from None
+
+
+def _write(obj: Any, value: Any) -> None:
+    if pending.counts:
+        fold()
+    obj.__dict__[COUNT] = value
+
+
+#: a read or write of the count in compiled code runs eagerly (a graph break: the fold reads the
+#: device, and the value is then no constant to guard on)
+_READ, _WRITE = compiled.Outside(_read), compiled.Outside(_write)
+
+
+def _get(obj: Any) -> Any:
+    return _READ(obj) if compiling() else _read(obj)
+
+
+def _set(obj: Any, value: Any) -> None:
+    if not compiling():
+        _write(obj, value)
+    elif _live.store_in_graph:  # the value written replaces what compiled updates left pending: zeroed
+        tally = tally_of(obj)
+        if tally is not None:
+            tally.counter.zero_()
+            tally.leader = None
+        obj.__dict__[COUNT] = value
+    else:
+        _WRITE(obj, value)
+
+
+def _delete(obj: Any) -> None:
+    try:
+        del obj.__dict__[COUNT]
+    except KeyError:
+        raise AttributeError(COUNT) from None
+
+
+class CountSlot(property):
     """``Metric._update_count`` while the patch is applied: the instance's own value (in its
     ``__dict__``, where the release keeps it), once what compiled updates left pending is
     folded in (:func:`fold`; a write folds first too, so a pending count is not added to the
-    value written). Stores as a plain store does while nothing is pending
-    (``compiled.PLAIN_SLOT``)."""
+    value written). In compiled code (``forward()`` reads and writes the count) a read runs
+    eagerly: a graph break, where the release's read was a guard (a recompile per step); a
+    write is a store in the graph that also zeroes the tally (torch 2.6+; eager on 2.5).
+    Stores as a plain store does while nothing is pending (``compiled.PLAIN_SLOT``). A
+    property: torch 2.5's dynamo takes another kind of data descriptor for its value."""
 
     _tmpatch_plain_slot = True
 
-    def __get__(self, obj: Any, owner: Any = None) -> Any:
-        if obj is None:
-            return self
-        if pending.counts and not compiling():
-            fold()
-        try:
-            return obj.__dict__[COUNT]
-        except KeyError:
-            raise AttributeError(COUNT) from None
 
-    def __set__(self, obj: Any, value: Any) -> None:
-        if pending.counts and not compiling():
-            fold()
-        obj.__dict__[COUNT] = value
-
-    def __delete__(self, obj: Any) -> None:
-        try:
-            del obj.__dict__[COUNT]
-        except KeyError:
-            raise AttributeError(COUNT) from None
-
-
-_SLOT = CountSlot()
+_SLOT = CountSlot(_get, _set, _delete, "the update count (compiled updates' folded in)")
 
 
 def _increment(metric: Any) -> None:
@@ -243,9 +270,6 @@ def _count(metric: Any) -> None:
     if tally is not None:
         tally.counter.add_(1)
         pending.counts = True
-    elif policy == "traced":
-        with compiled.dynamic_ints():
-            metric._update_count += 1
     else:
         _OUTSIDE(metric)
 
@@ -262,8 +286,10 @@ def _follow(follower: Any, leader: Any) -> None:
 
 
 def _hold(metric: Any) -> Optional[List[Any]]:
-    """The metric's states before a compiled update, ``(name, value)`` (None: the patch is reverted)."""
-    if not _live.on:
+    """The metric's states before a compiled update, ``(name, value)``; None when the patch is
+    reverted, or for a metric holding other metrics (a wrapper: its states may be theirs, e.g.
+    Running's window slots start as its base metric's default tensor, one object for all)."""
+    if not _live.on or metric._modules:
         return None
     return [(name, getattr(metric, name)) for name in metric._defaults]
 
@@ -272,14 +298,17 @@ def _keep(metric: Any, held: Optional[List[Any]]) -> None:
     """After a compiled update: a state it replaced by a new tensor of the same shape, dtype and
     device (``self.tp = self.tp + tp``) is written into the tensor it replaced, which stays the
     state (the graph's own output is not kept: a CUDA graph's next replay would overwrite it).
-    A state now pointing at another existing tensor (a compute group's reference) is left.
-    (No ``torch.Tensor`` here: each new way to reach an object is one more guard per call.)"""
+    A state now pointing at another existing tensor (a compute group's reference), or one
+    tensor held as two states, is left. (No ``torch.Tensor`` here: each new way to reach an
+    object is one more guard per call.)"""
     if held is None:
         return
     olds = [old for _, old in held]
     for name, old in held:
         new = getattr(metric, name)
         if isinstance(old, list) or isinstance(new, list) or new is old or any(new is other for other in olds):
+            continue
+        if sum(1 for other in olds if other is old) > 1:  # one tensor for two states: not the metric's own
             continue
         if new.shape == old.shape and new.dtype == old.dtype and new.device == old.device:
             old.copy_(new)
@@ -423,6 +452,9 @@ def _after_apply() -> None:
     if cls is not None and COUNT not in vars(cls):
         setattr(cls, COUNT, _SLOT)
     _live.on = True
+    import torch
+
+    _live.store_in_graph = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 6)
     compiled.when_dynamo(_bind_static)
     _fill_xla()
 
