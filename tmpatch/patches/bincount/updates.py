@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from tmpatch import deferred
 from tmpatch.patches.bincount.counting import (
-    Update, _wide_int, current, not_binary, outside, recorded, table,
+    Update, _wide_int, current, fill_wide, not_binary, outside, recorded, table,
 )
 from tmpatch.spec import Edit, Rewrite, gated
 
@@ -518,6 +518,7 @@ def recording() -> bool:
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
+    fill_wide()  # before any compiled call reads it
     return {
         "_tmpatch_recording": recording,
         "_tmpatch_class_codes": class_codes,
