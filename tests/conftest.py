@@ -188,10 +188,8 @@ def lazily_imported_patches() -> frozenset:
     global _LAZY
     if _LAZY is None:
         proc = run_python("""
-            import sys, torchmetrics
-            from tmpatch import api, patches
-            print(",".join(n for n in patches.NAMES
-                           if any(t.module not in sys.modules for t in api._here(patches.load(n)))))
+            import torchmetrics, tmpatch
+            print(",".join(n for n, state in tmpatch.apply().states().items() if state == "pending"))
         """)
         _LAZY = frozenset(filter(None, proc.stdout.strip().split(",")))
     return _LAZY

@@ -69,7 +69,7 @@ def test_a_marked_update_compiles_in_one_graph(name):
         for batch in batches[1:]:
             step(batch)
     assert [reason.splitlines()[0][:200] for reason in counters["graph_break"]] == []
-    assert metric.update_count == len(batches)
+    assert metric._update_count == len(batches)
     for batch in batches:
         eager.update(*batch)
     for key in metric._defaults:

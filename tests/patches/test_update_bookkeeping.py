@@ -88,7 +88,7 @@ def test_the_count_descriptor_of_compiled_update_is_a_plain_store_while_nothing_
         assert not pending.counts  # the update's read of its count folded
     finally:
         pending.counts = False
-    assert metric.update_count == 2
+    assert metric._update_count == 2
 
 
 def _sequence(metric, batches):

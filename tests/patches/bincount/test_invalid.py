@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise
+from tests.conftest import examples, assert_bitwise, release_in
 from tests.patches.bincount import cases
 from tests.patches.bincount.cases import AVERAGES, CONFUSION, CURVES, MESSAGE, MULTICLASS_CURVE_AVERAGE, STAT_SCORES
 from tmpatch import settings as tm_settings
@@ -290,6 +290,8 @@ SILENT_UPSTREAM = {
 def test_where_upstream_counts_an_invalid_target_silently_the_report_is_a_correction(name):
     """README (bincount): the release does not always fail in update(); for these it returns a
     value that counted the invalid target. Patched, the report comes at compute() as elsewhere."""
+    if name.endswith("-micro") and release_in("<0.10.2"):
+        pytest.skip("0.10.0-0.10.1 have no micro branch: the release's index_add_ counts raise IndexError")
     build, preds, target = SILENT_UPSTREAM[name]
     metric = build()
     metric.update(preds, target)  # the release: no error
