@@ -51,7 +51,7 @@ from tmpatch import deferred
 from tmpatch.compiled import compiling
 from tmpatch.deferred.marking import Marker
 from tmpatch.patches._device_tensors import to_device
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
+from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
 
 #: on the CPU, read the binarized check at once (free there) and count failing updates only
 CPU_FAST = True
@@ -258,7 +258,10 @@ PATCH = Patch(
     name="edge_distances",
     summary="HausdorffDistance reads each mask's binarized check and emptiness, and selects its edge distances "
             "through boolean masks, for every sample and class of each update(); measured with fixed shapes",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.11.4"),
+                      "nothing to repair: the segmentation distance metrics came in 1.5.0",
+                      needed=False),),
     upstream="not fixed upstream (torch.any, torch.where and dis[preds] in surface_distance, per sample and class)",
     changes="a non-binary mask, or a sample and class with both masks empty, raises the release's error at the next "
             "compute(), once, the batch in the states (upstream: raised in update())",
