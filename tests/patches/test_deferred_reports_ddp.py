@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List
 import pytest
 import torch
 
-from tests.conftest import release_in
+from tests.conftest import release_in, torch_at_least
 from tests.distributed import ddp_launch
 
 #: one release per implementation of forward/reset/_wrap_compute, and the last
@@ -276,9 +276,12 @@ def test_a_sync_by_hand_gives_the_report_after_its_collectives(world_size, tmp_p
     the rank that saw the NaN; with coalesced_sync, whose exchange sums the records, on every rank."""
     results = _job(world_size, tmp_path_factory)
     spelling = "Encounted" if release_in("<1.2.1") else "Encountered"
+    # coalesced_sync needs torch 2.5 (below, its status row says so and the release's sync runs)
+    coalesced = torch_at_least(2, 5)
+    phases = ("sync_by_hand", "sync_by_hand_coalesced") if coalesced else ("sync_by_hand",)
     for rank, result in results.items():
-        assert result["coalesced"] == "applied"
-        for phase in ("sync_by_hand", "sync_by_hand_coalesced"):
+        assert result["coalesced"] == ("applied" if coalesced else "failed")
+        for phase in phases:
             got = result[phase]
             raises = rank == 1 or phase == "sync_by_hand_coalesced"
             if raises:
@@ -290,7 +293,7 @@ def test_a_sync_by_hand_gives_the_report_after_its_collectives(world_size, tmp_p
                 assert got["first"] == {"error": None, "synced": True}, (rank, phase, got)
             assert got["second"] == {"error": None, "synced": True}, (rank, phase, got)
             assert got["compute"]["error"] is None and got["compute"]["warnings"] == [], (rank, phase, got)
-    for phase in ("sync_by_hand", "sync_by_hand_coalesced"):
+    for phase in phases:
         assert len({str(r[phase]["compute"]["value"]) for r in results.values()}) == 1, phase
 
 
