@@ -128,7 +128,7 @@ def _quartiles(values: Sequence[float]) -> Tuple[float, float, float]:
 CPU_SHORTCUTS = (
     ("tmpatch.patches.bincount.metrics", "CPU_FAST"), ("tmpatch.patches.nan_check.check", "CPU_FAST"),
     ("tmpatch.patches.nominal_bincount", "CPU_FAST"), ("tmpatch.patches.sdr_solve", "CPU_FAST"),
-    ("tmpatch.patches._device_tensors", "CPU_FAST"),
+    ("tmpatch.runtime.device_tensors", "CPU_FAST"),
 )
 
 

@@ -18,7 +18,7 @@ import tmpatch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: the suite's own disk cache (tmpatch/cache.py), for the processes it starts too: never the user's
+#: the suite's own disk cache (tmpatch/engine/cache.py), for the processes it starts too: never the user's
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tmpatch-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
@@ -173,7 +173,8 @@ def lazily_imported_patches() -> frozenset:
     if _LAZY is None:
         proc = run_python("""
             import sys, torchmetrics
-            from tmpatch import api, patches
+            from tmpatch.control import api
+            from tmpatch import patches
             print(",".join(n for n in patches.NAMES
                            if any(t.module not in sys.modules for t in api._here(patches.load(n)))))
         """)
@@ -183,7 +184,7 @@ def lazily_imported_patches() -> frozenset:
 
 # --- other Pythons, for fingerprints (tests/test_fingerprint.py, tests/test_api.py) -----------------
 
-_FINGERPRINT_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tmpatch",
+_FINGERPRINT_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tmpatch", "engine",
                                  "fingerprint.py")
 _FINGERPRINT_CHILD = ("import importlib.util, json, sys\n"
                       "spec = importlib.util.spec_from_file_location('fp', sys.argv[1])\n"
@@ -223,7 +224,7 @@ def other_pythons() -> List[str]:
 
 
 def fingerprints_under(python: str, sources: List[str]) -> List[str]:
-    """``source_fingerprint`` of each source, computed by another Python (tmpatch/fingerprint.py
+    """``source_fingerprint`` of each source, computed by another Python (tmpatch/engine/fingerprint.py
     alone: it needs neither torch nor the package)."""
     done = subprocess.run([python, "-c", _FINGERPRINT_CHILD, _FINGERPRINT_FILE], input=json.dumps(sources),
                           capture_output=True, text=True, timeout=300)

@@ -29,10 +29,10 @@ import pytest
 import torch
 
 import tmpatch
-from tmpatch import api, gating
+from tmpatch.control import api, gating
 from tmpatch import patches as catalogue
-from tmpatch.fingerprint import fingerprint
-from tmpatch.references import resolve
+from tmpatch.engine.fingerprint import fingerprint
+from tmpatch.engine.references import resolve
 from tests.conftest import release_in, run_python, torch_at_least
 
 import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
@@ -230,7 +230,7 @@ def _child_works() -> bool:
 def test_a_fork_while_another_thread_holds_the_lock_gives_the_child_a_lock_of_its_own(monkeypatch):
     """A thread that stays inside apply() past the fork's wait: the child's copy of the lock was
     held by a thread the child does not have, and status() waited for ever."""
-    from tmpatch import engine
+    from tmpatch.engine import core as engine
 
     monkeypatch.setattr(engine, "FORK_WAIT_S", 0.05)
     held, done = threading.Event(), threading.Event()

@@ -97,7 +97,7 @@ def test_every_target_is_recognised_as_the_variant_for_this_release():
     """The fingerprint table agrees with the release ranges it declares."""
     from packaging.version import Version
 
-    from tmpatch.fingerprint import fingerprint
+    from tmpatch.engine.fingerprint import fingerprint
 
     version = Version(torchmetrics.__version__)
     for target, obj in _targets_here():
@@ -111,7 +111,7 @@ def test_every_target_fingerprints_the_same_on_every_python(other_pythons):
     tests/test_fingerprint.py); this is every target of the catalogue on this release."""
     import inspect
 
-    from tmpatch.fingerprint import source_fingerprint
+    from tmpatch.engine.fingerprint import source_fingerprint
 
     paths, sources = [], []
     for target, obj in _targets_here():
@@ -346,7 +346,7 @@ def test_an_exception_inside_a_patch_never_reaches_the_users_import():
 
 
 def test_the_reason_names_the_releases_every_target_shares():
-    from tmpatch.gating import common as _common
+    from tmpatch.control.gating import common as _common
     from tmpatch.spec import Variant, span
 
     def found(*ranges):

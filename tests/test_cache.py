@@ -1,4 +1,4 @@
-"""tmpatch.cache: fingerprints and compiled edits kept on disk, keyed by the source file's
+"""tmpatch.engine.cache: fingerprints and compiled edits kept on disk, keyed by the source file's
 content; never a different result, never an error."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import textwrap
 import pytest
 
 from tests.conftest import run_python
-from tmpatch import cache, fingerprint as fingerprint_module, rewrite as rewrite_module
-from tmpatch.fingerprint import fingerprint, source_fingerprint
-from tmpatch.rewrite import rewrite
+from tmpatch.engine import cache, fingerprint as fingerprint_module, rewrite as rewrite_module
+from tmpatch.engine.fingerprint import fingerprint, source_fingerprint
+from tmpatch.engine.rewrite import rewrite
 from tmpatch.spec import Edit
 
 once = pytest.mark.once  # does not depend on the torchmetrics release
@@ -168,7 +168,7 @@ def test_apply_in_a_warm_process_reads_no_source_and_looks_through_sys_modules_o
     fingerprint, compiles no edit, and shares one index of sys.modules among its installs."""
     code = """
         import json, torch, torchmetrics
-        from tmpatch import fingerprint, references, rewrite
+        from tmpatch.engine import fingerprint, references, rewrite
         counts = {"tokens": 0, "compile": 0, "index": 0}
         def counting(module, name, key):
             real = getattr(module, name)
@@ -198,7 +198,7 @@ def test_an_import_under_tmpatch_shares_one_index_across_its_hooks():
     (one per target module) share one look through sys.modules."""
     code = """
         import json, sys, torch
-        from tmpatch import references
+        from tmpatch.engine import references
         made = []
         real = references._Index.__init__
         def counted(self, *args, **kwargs):

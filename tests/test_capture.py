@@ -1,4 +1,4 @@
-"""tmpatch.capture: a metric's or a collection's update compiled (``backend="eager"`` here: the
+"""tmpatch.control.capture: a metric's or a collection's update compiled (``backend="eager"`` here: the
 CPU has no CUDA graph; the logic around the compiled call is what is tested), replayed while
 the arguments' signature holds, eager otherwise, with the addresses of the states kept."""
 from __future__ import annotations

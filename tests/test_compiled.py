@@ -1,4 +1,4 @@
-"""tmpatch.compiled and the engine's layers under torch.compile (no torchmetrics involved)."""
+"""tmpatch.runtime.compiled and the engine's layers under torch.compile (no torchmetrics involved)."""
 from __future__ import annotations
 
 import sys
@@ -7,8 +7,8 @@ import textwrap
 import pytest
 import torch
 
-from tmpatch import compiled
-from tmpatch.engine import Engine
+from tmpatch.runtime import compiled
+from tmpatch.engine.core import Engine
 
 #: nothing here depends on the torchmetrics release: the matrix runs it with each torch's first
 pytestmark = pytest.mark.once
@@ -111,8 +111,8 @@ def test_compiling_before_dynamo_is_imported_reads_torchs_flag_and_follows_its_i
 
     run_python("""
         import sys, torch, tmpatch, torchmetrics
-        from tmpatch import compiled
-        from tmpatch.compiled import ContextSlot
+        from tmpatch.runtime import compiled
+        from tmpatch.runtime.compiled import ContextSlot
         assert "torch._dynamo" not in sys.modules
         tmpatch.apply()
         tmpatch.revert(["bincount"])  # a partial revert keeps the hook that follows dynamo's import

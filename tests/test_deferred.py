@@ -1,4 +1,4 @@
-"""tmpatch.deferred: books kept outside the metric, reported once at the user's compute().
+"""tmpatch.runtime.deferred: books kept outside the metric, reported once at the user's compute().
 
 A toy Metric (``Clipped``: sums values, clips negatives and counts them through a toy
 Record) and a toy reporter that records what it is told. The first group of tests uses
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import tmpatch
-from tmpatch import deferred
+from tmpatch.runtime import deferred
 from torchmetrics import Metric
 
 REPORTS = []
@@ -102,7 +102,7 @@ def _booked(metric):
 
 # -- marked updates (deferred.marking) -----------------------------------------------------
 def test_a_marker_marks_the_update_of_a_booked_metric_only_and_unmarks_after_an_exception():
-    from tmpatch.deferred.marking import Marker
+    from tmpatch.runtime.deferred.marking import Marker
 
     seen = []
     mark = Marker("tmpatch_toy_mark", TOY, make=lambda metric: ("made", metric))

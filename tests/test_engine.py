@@ -8,7 +8,8 @@ import types
 import pytest
 import wrapt
 
-from tmpatch.engine import Engine, PatchError
+from tmpatch.engine.core import Engine
+from tmpatch.engine.references import PatchError
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 
@@ -101,7 +102,7 @@ def test_a_strangers_layer_on_top_is_never_unwrapped(toy):
 def test_a_failing_rebind_leaves_everything_as_it_was(toy, monkeypatch):
     import toypkg.core as core
     import toypkg.user as user
-    from tmpatch import engine as engine_module
+    from tmpatch.engine import references
 
     original = core.target
 
@@ -116,7 +117,7 @@ def test_a_failing_rebind_leaves_everything_as_it_was(toy, monkeypatch):
     with pytest.raises(AttributeError):
         engine.install(("toypkg.core", "target"), _add_one, method=False, scope="toypkg", sweep=True)
     assert core.target is original and user.target is original and frozen.target is original
-    assert engine_module.resolve("toypkg.core", "target")[2] is original
+    assert references.resolve("toypkg.core", "target")[2] is original
 
 
 def test_unknown_targets_are_reported(toy):
@@ -161,16 +162,16 @@ def test_a_failing_hook_never_breaks_the_import(toy, caplog):
 def test_a_batch_shares_one_sweep_and_sees_modules_imported_meanwhile(toy, monkeypatch):
     import toypkg.core as core
     import toypkg.user as user
-    from tmpatch import engine as engine_module
+    from tmpatch.engine import references
 
     built = []
-    real_add = engine_module._Index._add
+    real_add = references._Index._add
 
     def counting_add(self, name, module, *rest):
         built.append(name)
         return real_add(self, name, module, *rest)
 
-    monkeypatch.setattr(engine_module._Index, "_add", counting_add)
+    monkeypatch.setattr(references._Index, "_add", counting_add)
     original = core.target
     engine = Engine()
     with engine.batch():
@@ -281,10 +282,11 @@ def test_a_mock_of_an_importers_binding_is_left_to_the_mock(toy):
 def test_a_gated_replacement_runs_only_while_its_gate_answers(toy):
     """A replacement with a gate (spec.gated) is not called while the gate's get() answers None."""
     import toypkg.core as core
-    from tmpatch import engine as engine_module, spec
-    from tmpatch.compiled import ContextSlot
+    from tmpatch import spec
+    from tmpatch.engine import layers
+    from tmpatch.runtime.compiled import ContextSlot
 
-    assert spec.GATE == engine_module.GATE
+    assert spec.GATE == layers.GATE
     slot, calls = ContextSlot("toy_gate"), []
 
     @spec.gated(slot)

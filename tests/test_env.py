@@ -1,9 +1,9 @@
-"""tmpatch.env: parsing the TMPATCH* variables (pure functions, no process)."""
+"""tmpatch.control.env: parsing the TMPATCH* variables (pure functions, no process)."""
 from __future__ import annotations
 
 import pytest
 
-from tmpatch import env
+from tmpatch.control import env
 from tmpatch.patches import NAMES
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
@@ -114,7 +114,7 @@ def test_bad_values_ignored_with_one_message_each(variable, value, fragment):
 def test_policies_are_read_case_insensitively():
     settings = env.read({"TMPATCH_NAN_CHECK": " EAGER ", "TMPATCH_BINCOUNT": "eager"})
     assert settings.policies == {"nan_check": "eager", "bincount": "eager"} and settings.problems == []
-    assert settings.options == {}  # tmpatch.settings reads them itself; apply() does not get them
+    assert settings.options == {}  # tmpatch.control.settings reads them itself; apply() does not get them
 
 
 def test_misspelt_variables_one_warning_each_naming_the_closest():

@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 
-from tmpatch.fingerprint import FingerprintError, fingerprint, source_fingerprint
+from tmpatch.engine.fingerprint import FingerprintError, fingerprint, source_fingerprint
 from tests.conftest import fingerprints_under
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release

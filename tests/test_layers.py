@@ -1,4 +1,4 @@
-"""Layers (tmpatch.layers) on the toy package of tests/conftest.py: inline forms and wrappers
+"""Layers (tmpatch.engine.layers) on the toy package of tests/conftest.py: inline forms and wrappers
 with the target's own parameters. No torchmetrics involved."""
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from tmpatch.engine import Engine, PatchError
+from tmpatch.engine.core import Engine
+from tmpatch.engine.references import PatchError
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

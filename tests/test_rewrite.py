@@ -1,4 +1,4 @@
-"""tmpatch.rewrite: a function's own code with some statements edited, on toy modules."""
+"""tmpatch.engine.rewrite: a function's own code with some statements edited, on toy modules."""
 from __future__ import annotations
 
 import contextlib
@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from tmpatch.rewrite import RewriteError, replacement, rewrite
+from tmpatch.engine.rewrite import RewriteError, replacement, rewrite
 from tmpatch.spec import INLINE, Edit, Rewrite, Route
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release

@@ -1,4 +1,4 @@
-"""tmpatch.selection: patch names and apply()/revert() arguments, checked
+"""tmpatch.control.selection: patch names and apply()/revert() arguments, checked
 before anything changes, with a clear message for each mistake."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import re
 import pytest
 
 import tmpatch
-from tmpatch import selection, settings
+from tmpatch.control import selection, settings
+from tmpatch.runtime import policies
 from tmpatch.patches import NAMES
 
 import torchmetrics  # noqa: F401,E402  (apply() works on the imported release)
@@ -17,9 +18,9 @@ pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics releas
 
 @pytest.fixture(autouse=True)
 def _policies():
-    saved = dict(settings.policy)
+    saved = dict(policies.current)
     yield
-    settings.policy.update(saved)
+    policies.current.update(saved)
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -83,16 +84,16 @@ def test_select_takes_what_the_required_patches_require():
     ({"nan_chek": "eager"}, TypeError, "unexpected keyword argument 'nan_chek' (did you mean nan_check?)"),
 ])
 def test_apply_checks_every_argument_before_changing_anything(kwargs, error, message):
-    before = (tmpatch.status(), dict(settings.policy))
+    before = (tmpatch.status(), dict(policies.current))
     with pytest.raises(error) as caught:
         tmpatch.apply(**kwargs)
     assert message in str(caught.value)
-    assert (tmpatch.status(), dict(settings.policy)) == before  # no policy set, no patch applied
+    assert (tmpatch.status(), dict(policies.current)) == before  # no policy set, no patch applied
 
 
 def test_apply_with_good_arguments_sets_the_policies():
     tmpatch.apply(["nan_check"], nan_check="eager", bincount=None)
-    assert settings.policy["nan_check"] == "eager" and settings.policy["bincount"] == "deferred"
+    assert policies.current["nan_check"] == "eager" and policies.current["bincount"] == "deferred"
 
 
 def test_revert_checks_its_argument():

@@ -1,4 +1,4 @@
-"""tmpatch.settings: the one table of settings, and the run-time policies."""
+"""tmpatch.control.settings: the one table of settings, and the run-time policies."""
 from __future__ import annotations
 
 import inspect
@@ -9,7 +9,9 @@ import sys
 import pytest
 
 import tmpatch
-from tmpatch import cli, env, selection, settings
+from tmpatch import cli
+from tmpatch.control import env, selection, settings
+from tmpatch.runtime import policies
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 
@@ -32,8 +34,8 @@ def test_every_setting_once_with_a_variable_a_form_and_a_help_line():
         assert setting.doc and setting.form and setting.placeholder
         if setting.policy:
             assert setting.keyword and setting.kind == settings.CHOICE
-            assert setting.default == setting.choices[0] == settings.policy[setting.name]
-    assert set(settings.POLICIES) == {"nan_check", "bincount", "update_count"} == set(settings.policy)
+            assert setting.default == setting.choices[0] == policies.current[setting.name]
+    assert set(settings.POLICIES) == {"nan_check", "bincount", "update_count"} == set(policies.current)
 
 
 def test_every_keyword_setting_is_accepted_by_apply():
@@ -67,7 +69,7 @@ def test_the_help_and_the_run_command_name_every_variable(capsys):
 def test_set_policy_checks_the_value(value, error, fragment):
     with pytest.raises(error, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         settings.set_policy("nan_check", value)
-    assert settings.policy["nan_check"] == "deferred"
+    assert policies.current["nan_check"] == "deferred"
 
 
 def test_set_policy_of_an_unknown_name():
@@ -78,7 +80,8 @@ def test_set_policy_of_an_unknown_name():
 def test_policies_start_from_the_environment_quietly_and_are_reported_once_by_apply():
     """A bad value keeps the default; importing says nothing; the first apply()
     warns once (the second does not)."""
-    code = ("import tmpatch.settings as s; print(s.policy['nan_check'], s.policy['bincount'], flush=True); "
+    code = ("import tmpatch.control.settings; from tmpatch.runtime.policies import current as p; "
+            "print(p['nan_check'], p['bincount'], flush=True); "
             "import sys; sys.stderr.write('IMPORTED\\n'); sys.stderr.flush(); "
             "sys.modules['torchmetrics'] = None; import warnings; warnings.simplefilter('ignore'); "
             "import tmpatch; tmpatch.apply(); tmpatch.apply()")
@@ -92,12 +95,13 @@ def test_policies_start_from_the_environment_quietly_and_are_reported_once_by_ap
 
 
 def test_the_registry_imports_nothing_but_os():
-    proc = child("import sys; before = set(sys.modules); import tmpatch.settings, tmpatch.env; "
+    proc = child("import sys; before = set(sys.modules); import tmpatch.control.settings, tmpatch.control.env; "
                  "print(' '.join(sorted(set(sys.modules) - before)))")
     assert proc.returncode == 0, proc.stderr
     # os and its helpers are loaded by ``site`` in every normal start-up (the child runs without it)
     site = {"os", "os.path", "posixpath", "genericpath", "stat", "_stat", "_collections_abc", "__future__"}
-    assert set(proc.stdout.split()) <= {"tmpatch", "tmpatch.settings", "tmpatch.env"} | site, proc.stdout
+    assert set(proc.stdout.split()) <= {"tmpatch", "tmpatch.control", "tmpatch.control.settings", "tmpatch.control.env",
+                                       "tmpatch.runtime", "tmpatch.runtime.policies"} | site, proc.stdout
 
 
 def test_announce_says_each_message_once():

@@ -51,9 +51,10 @@ def pytest_addoption(parser: Any) -> None:
 # -- applying and restoring ---------------------------------------------------
 def _snapshot() -> Snapshot:
     import tmpatch as tm
-    from tmpatch import settings
+    from tmpatch.control import settings
+    from tmpatch.runtime import policies
 
-    return tm.status().states(), dict(settings.policy)
+    return tm.status().states(), dict(policies.current)
 
 
 def _same(now: str, before: str) -> bool:
@@ -64,7 +65,7 @@ def _apply(patches: Any = None, exclude: Any = None, strict: bool = False, **pol
     """Apply exactly this selection (patches active now outside it are reverted
     first); return the report and the snapshot for :func:`_restore`."""
     import tmpatch as tm
-    from tmpatch import selection
+    from tmpatch.control import selection
 
     before = _snapshot()
     try:
@@ -85,10 +86,10 @@ def _restore(before: Snapshot) -> None:
     ``off``, ``reverted`` or ``excluded`` differently (``reverted`` if the test
     applied them)."""
     import tmpatch as tm
-    from tmpatch import settings
+    from tmpatch.control import settings
 
     rows, policies = before
-    settings.policy.update(policies)
+    policies.current.update(policies)
     now = tm.status().states()
     kept = [name for name, state in rows.items() if state not in _INACTIVE]  # in effect, or gated (not-needed ...)
     if any(not _same(now.get(name, "off"), rows[name]) for name in kept):
@@ -104,7 +105,7 @@ def _restore(before: Snapshot) -> None:
 
 # -- the whole run ----------------------------------------------------------
 def _option_names(value: Optional[str], option: str) -> Optional[Tuple[str, ...]]:
-    from tmpatch import selection
+    from tmpatch.control import selection
 
     try:
         return selection.names(value, option)
@@ -117,7 +118,7 @@ def pytest_configure(config: Any) -> None:
         "markers",
         "tmpatch(*patches, patches=None, exclude=None, strict=False, <policy>=...): apply exactly this selection "
         "of tmpatch for this test (gives it the tmpatch fixture); patches/exclude: lists of patch names; "
-        "policies: nan_check, bincount (tmpatch.settings)",
+        "policies: nan_check, bincount (tmpatch.control.settings)",
     )
     patches = config.getoption("tmpatch_patches", None)
     exclude = config.getoption("tmpatch_exclude", None)
@@ -154,7 +155,7 @@ def pytest_report_header(config: Any) -> Optional[str]:
     session = getattr(config, "_tmpatch_session", None)
     if session is None:
         return None
-    from tmpatch.report import grouped
+    from tmpatch.control.report import grouped
 
     report = session[0]
     lines = [f"tmpatch: whole run, torchmetrics {report[0].release}"]
@@ -179,7 +180,7 @@ def _marker_options(marker: Any) -> Dict[str, Any]:
     """The marker's keywords, every one checked (``ValueError``/``TypeError``)."""
     if marker is None:
         return {}
-    from tmpatch import selection, settings
+    from tmpatch.control import selection, settings
 
     valid = ("patches", "exclude", "strict", *settings.POLICIES)
     unknown = sorted(set(marker.kwargs) - set(valid))

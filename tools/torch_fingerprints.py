@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tmpatch import patches as catalogue  # noqa: E402
-from tmpatch.fingerprint import source_fingerprint  # noqa: E402
+from tmpatch.engine.fingerprint import source_fingerprint  # noqa: E402
 
 INDEX = "https://pypi.org/simple/torch/"
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tmpatch.audit import SyncKind, audit, audit_branches
-from tmpatch.deferred import AUDIT_TAG
+from tmpatch.runtime.deferred import AUDIT_TAG
 
 from tests.audit.helpers import marked_line
 

@@ -2,7 +2,7 @@
 import torch
 
 from tmpatch.audit import SyncKind, audit, classify
-from tmpatch.deferred import AUDIT_TAG
+from tmpatch.runtime.deferred import AUDIT_TAG
 
 from tests.audit.helpers import marked_line
 import pytest

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from tests.conftest import examples, assert_bitwise
-from tmpatch.patches import _device_tensors as helper
+from tmpatch.runtime import device_tensors as helper
 
 DTYPES = [None, torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
           torch.float32, torch.float64]

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import examples, assert_bitwise
-from tmpatch import deferred
+from tmpatch.runtime import deferred
 from tmpatch.patches import fairness_groups as patch
 from torchmetrics.classification import BinaryFairness, BinaryGroupStatRates
 from torchmetrics.functional.classification import binary_groups_stat_rates

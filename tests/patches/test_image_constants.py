@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import examples, assert_bitwise, release_in
-from tmpatch.patches import _device_tensors as helper
+from tmpatch.runtime import device_tensors as helper
 from torchmetrics import image as I
 
 IMG = "torchmetrics.functional.image"

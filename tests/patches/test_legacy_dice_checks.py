@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import examples, assert_bitwise, release_in
-from tmpatch import deferred
-from tmpatch.patches import _device_tensors as helper
+from tmpatch.runtime import deferred
+from tmpatch.runtime import device_tensors as helper
 from tmpatch.patches import legacy_dice_checks as patch
 
 pytestmark = [pytest.mark.skipif(release_in(">=1.7.0"), reason="Dice was removed in 1.7.0"),

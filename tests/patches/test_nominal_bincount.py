@@ -7,8 +7,8 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import examples, assert_bitwise
-from tmpatch import deferred
-from tmpatch import settings as tm_settings
+from tmpatch.runtime import deferred
+from tmpatch.runtime import policies
 from tmpatch.patches import nominal_bincount as patch
 from torchmetrics import nominal as N
 from torchmetrics.functional import nominal as F
@@ -24,9 +24,9 @@ NAN = float("nan")
 
 @pytest.fixture(autouse=True)
 def _policy():
-    tm_settings.policy["bincount"] = "deferred"
+    policies.current["bincount"] = "deferred"
     yield
-    tm_settings.policy["bincount"] = "deferred"
+    policies.current["bincount"] = "deferred"
     patch.CPU_FAST = True
 
 

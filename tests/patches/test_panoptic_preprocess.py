@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import examples, assert_bitwise
-from tmpatch import deferred
+from tmpatch.runtime import deferred
 from tmpatch.patches import panoptic_preprocess as patch
 from torchmetrics.detection import ModifiedPanopticQuality, PanopticQuality
 from torchmetrics.functional.detection import panoptic_quality

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import examples, assert_bitwise
-from tmpatch import deferred
+from tmpatch.runtime import deferred
 from tmpatch.patches import retrieval_check as patch
 from torchmetrics import retrieval as R
 from torchmetrics.functional import retrieval as F

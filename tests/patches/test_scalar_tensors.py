@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import examples, assert_bitwise
-from tmpatch.patches import _device_tensors as helper
+from tmpatch.runtime import device_tensors as helper
 from torchmetrics import classification as C
 from torchmetrics import regression as R
 from torchmetrics.text import Perplexity

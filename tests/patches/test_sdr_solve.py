@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, examples
-from tmpatch import deferred
+from tmpatch.runtime import deferred
 from tmpatch.patches import sdr_solve as patch
 from torchmetrics.audio import SignalDistortionRatio
 from torchmetrics.functional.audio import signal_distortion_ratio

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import examples, assert_bitwise
-from tmpatch import deferred
+from tmpatch.runtime import deferred
 from tmpatch.patches import tweedie_checks as patch
 from torchmetrics.functional.regression import tweedie_deviance_score
 from torchmetrics.regression import TweedieDevianceScore

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import examples, assert_bitwise
-from tmpatch.patches import _device_tensors as helper
+from tmpatch.runtime import device_tensors as helper
 from torchmetrics import MeanSquaredError
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.wrappers import BootStrapper, MultioutputWrapper

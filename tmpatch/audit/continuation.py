@@ -4,7 +4,7 @@ Fake tensors have no values, so the audit picks plausible ones. A scalar read (`
 ``bool(t)``, ``if t:``) is answered by :class:`Answers`: by default ``True`` for the result
 of ``all()`` and ``False`` for other booleans (every check passes: "no NaN", "all in range"),
 ``1``/``1.0`` for numbers (no division by zero), ``0`` for the count of a tmpatch deferred
-record (a tensor carrying ``tmpatch.deferred.AUDIT_TAG``: nothing to report), ``True`` for
+record (a tensor carrying ``tmpatch.runtime.deferred.AUDIT_TAG``: nothing to report), ``True`` for
 ``equal`` and ``allclose``. Each read is logged with the other answers that would take the other branch
 (booleans: the opposite; numbers: 0; a deferred record: 1), which is what
 :func:`tmpatch.audit.branches.audit_branches` explores; ``audit(..., answers=[...])`` gives
@@ -24,7 +24,7 @@ import torch
 from tmpatch.audit.classify import is_mask
 from tmpatch.audit.locate import locate
 from tmpatch.audit.report import Read
-from tmpatch.deferred import AUDIT_TAG
+from tmpatch.runtime.deferred import AUDIT_TAG
 
 aten = torch.ops.aten
 

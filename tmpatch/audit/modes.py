@@ -26,7 +26,7 @@ def deterministic(on: bool) -> Iterator[None]:
 
 def _active_patches() -> List[str]:
     import tmpatch
-    from tmpatch.report import State
+    from tmpatch.control.report import State
 
     idle = (State.OFF, State.EXCLUDED, State.REVERTED)  # every other state: requested by apply()
     return [row.name for row in tmpatch.status() if row.state not in idle]

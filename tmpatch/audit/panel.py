@@ -48,7 +48,7 @@ GENERAL_LABELS: Tuple[Label, ...] = (
           "to warn (compute's result is read anyway)",
           function=r"_\w*(roc|precision_recall_curve|auroc|average_precision)_compute", op="aten._local_scalar_dense"),
     Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
-          file="tmpatch/deferred/settling.py"),
+          file="tmpatch/runtime/deferred/settling.py"),
 )
 
 #: first match wins

@@ -202,7 +202,7 @@ def copy_modules(fn: Callable[..., Any], args: Any, kwargs: Dict[str, Any]) -> A
     metrics untouched. Each copy keeps its original's own functions (see :func:`_keep_functions`):
     it runs the code the original runs.
     """
-    from tmpatch import deferred
+    from tmpatch.runtime import deferred
 
     memo: Dict[int, Any] = {}
 
@@ -238,7 +238,7 @@ def _keep_functions(original: torch.nn.Module, twin: torch.nn.Module, memo: Dict
     functions (and has no book of deferred reports), so its copy must too, or the audit
     reports what a new metric would do.
     """
-    from tmpatch import deferred
+    from tmpatch.runtime import deferred
     from tmpatch.patches import compiled_update
 
     for source, copied in zip(original.modules(), twin.modules()):

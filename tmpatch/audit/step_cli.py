@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from tmpatch.audit.autograd import LEFT_OUT, NOT_RUN
 from tmpatch.audit.locate import short_location
 from tmpatch.audit.text import WIDTH, fit, tag
-from tmpatch.report import State
+from tmpatch.control.report import State
 from tmpatch.audit.step import StepError, StepRun, _library_dirs, audit_step, load, yours
 
 MODES = ("unpatched", "patched")

@@ -174,6 +174,6 @@ def header(panel: "object") -> str:
 def patched_with(states: Dict[str, str]) -> List[str]:
     """``patched with:`` and the patches grouped by state, a group a line (``applied (20): a, b, ...``;
     ``pending``: their modules were not imported by the rows)."""
-    from tmpatch.report import grouped
+    from tmpatch.control.report import grouped
 
     return ["patched with:"] + [f"  {line}" for line in grouped(states, width=WIDTH - 2)]

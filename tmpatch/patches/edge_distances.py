@@ -47,10 +47,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch import deferred
-from tmpatch.compiled import compiling
-from tmpatch.deferred.marking import Marker
-from tmpatch.patches._device_tensors import to_device
+from tmpatch.runtime import deferred
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime.deferred.marking import Marker
+from tmpatch.runtime.device_tensors import to_device
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
 
 #: on the CPU, read the binarized check at once (free there) and count failing updates only

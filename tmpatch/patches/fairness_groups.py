@@ -11,7 +11,7 @@ fixed upstream (1.9.0 included).
 Repair: the class ``update`` of both metrics marks the update (a context variable,
 when the metric has a deferred-report book: built while ``deferred_reports`` is
 applied). Inside it, one statement of the release's function (the copy of the sizes;
-an edit, :mod:`tmpatch.rewrite`) hands the sorted batch to :func:`group_stats`, which
+an edit, :mod:`tmpatch.engine.rewrite`) hands the sorted batch to :func:`group_stats`, which
 numbers the distinct group ids in sorted order on the device (a cumulative sum of
 "id differs from the previous one") and counts true/false positives/negatives per
 number with the release's comparisons, into ``num_groups`` fixed bins, which
@@ -38,9 +38,9 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.compiled import compiling
-from tmpatch import deferred
-from tmpatch.deferred.marking import Marker
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 

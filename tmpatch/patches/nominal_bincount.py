@@ -17,7 +17,7 @@ Repair, on the ``bincount`` patch's counting (which it requires):
   ``_multiclass_confusion_matrix_update`` then counts into the table's fixed number
   of bins on the device, as it does for MulticlassConfusionMatrix;
 * ``nan_strategy="drop"``: the removal in ``_handle_nan_in_data`` becomes a mark (an
-  edit of that one statement, :mod:`tmpatch.rewrite`): the NaN rows stay in place and
+  edit of that one statement, :mod:`tmpatch.engine.rewrite`): the NaN rows stay in place and
   are left out of the counts, as ``ignore_index`` positions are;
 * ``nan_strategy="replace"`` (the default): integer categories, which hold no NaN, are
   not copied by ``nan_to_num`` (an edit of that statement; the copies were only read);
@@ -42,7 +42,8 @@ import importlib
 from types import ModuleType
 from typing import Any, Callable, Dict, Tuple
 
-from tmpatch.compiled import compiling
+from tmpatch.runtime import wrappers
+from tmpatch.runtime.compiled import compiling
 from tmpatch.patches.bincount import counting
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Route, Target, Variant, inline, since, span
 
@@ -81,8 +82,6 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
 
     import torch
 
-    from tmpatch.api import is_patched
-
     Tensor = torch.Tensor
     confusion = importlib.import_module(_CONFUSION)
     recorded, active, current, Update = counting.RECORD.deferred, counting.active, counting.current, counting.Update
@@ -105,9 +104,9 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
             try:
                 return original(self, preds, target)
             except RuntimeError:  # an invalid category (recorded below), or another error (raised again there)
-                if not recorded(self) or not active() or not is_patched(confusion._multiclass_confusion_matrix_update):
+                if not recorded(self) or not active() or not wrappers.is_patched(confusion._multiclass_confusion_matrix_update):
                     raise
-        elif not recorded(self) or not active() or not is_patched(confusion._multiclass_confusion_matrix_update):
+        elif not recorded(self) or not active() or not wrappers.is_patched(confusion._multiclass_confusion_matrix_update):
             return original(self, preds, target)
         token = current.set(Update(self))
         try:

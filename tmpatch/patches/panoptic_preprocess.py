@@ -14,7 +14,7 @@ reads the device:
 
 Not fixed upstream (1.9.0 included).
 
-Repair (edits of those statements, :mod:`tmpatch.rewrite`; the rest is the release's code):
+Repair (edits of those statements, :mod:`tmpatch.engine.rewrite`; the rest is the release's code):
 
 * ``_isin`` of an integer tensor with Python int categories tests membership on the device
   without the list: a range test per run of consecutive ids (up to four runs), else a
@@ -45,9 +45,9 @@ import textwrap
 from types import ModuleType
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from tmpatch.compiled import ContextSlot, compiling
-from tmpatch import deferred
-from tmpatch.patches._device_tensors import device_tensor
+from tmpatch.runtime.compiled import ContextSlot, compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime.device_tensors import device_tensor
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 #: on the CPU, take the release's statements (read the check at once; a failing update alone

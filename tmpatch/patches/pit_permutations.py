@@ -6,7 +6,7 @@ the host, ``torch.tensor(list(permutations(range(spk_num))), device=device)``, a
 to the device: a blocking copy on the first update for each number of speakers and device
 (the table is cached afterwards). Not fixed upstream (1.9.0 included).
 
-Repair: that statement is edited (:mod:`tmpatch.rewrite`; the cache around it is the
+Repair: that statement is edited (:mod:`tmpatch.engine.rewrite`; the cache around it is the
 release's) to build the same int64 table on the device: the permutations of ``n``
 speakers in lexicographic order (``itertools.permutations``' order) are, for each first
 speaker ``j``, ``j`` followed by the permutations of ``n - 1`` speakers with every value

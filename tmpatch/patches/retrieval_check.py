@@ -35,9 +35,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple
 
-from tmpatch.compiled import compiling
-from tmpatch import deferred
-from tmpatch.deferred.marking import Marker
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, gated, since, span
 
 #: on the CPU, read the condition at once (free there) and count failing updates only; the

@@ -30,9 +30,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Tuple
 
-from tmpatch import deferred
-from tmpatch.deferred.marking import Marker
-from tmpatch.compiled import compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime.deferred.marking import Marker
+from tmpatch.runtime.compiled import compiling
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 #: on the CPU, read the error code at once (free there) and count failing updates only; the

@@ -36,7 +36,7 @@ import sys
 from types import ModuleType
 from typing import Any, Callable
 
-from tmpatch.compiled import compiling
+from tmpatch.runtime.compiled import compiling
 from tmpatch.patches.bincount.counting import RECORD, Update, active, current
 from tmpatch.spec import Route, inline
 

@@ -7,9 +7,10 @@ import math
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tmpatch import deferred, settings
-from tmpatch.compiled import compiling
-from tmpatch.deferred import ANY
+from tmpatch.runtime import deferred
+from tmpatch.runtime import policies
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime.deferred import ANY
 from tmpatch.patches import _constants
 from tmpatch.patches.nan_check.report import RECORD, _loaded, _Release
 
@@ -49,7 +50,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         is_grad_enabled = torch.is_grad_enabled
         _loaded.update(release=release, rank_zero_warn=module.rank_zero_warn)
         cache = _Cache(_classifier(module))  # an object: a dict in a traced closure is a guard on its length
-        policy = settings.policy
+        policy = policies.current
         # not ``deferred._books`` in this closure: torch.compile guards the length of a dict a traced
         # closure holds, and that one changes whenever any metric is built or collected (a recompile)
         has_book = deferred.book_of

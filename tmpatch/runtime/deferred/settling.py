@@ -16,7 +16,7 @@ import contextvars
 import sys
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
-from tmpatch.deferred import AUDIT_TAG, Book, _books, _records, book_of, gather, log
+from tmpatch.runtime.deferred import AUDIT_TAG, Book, _books, _records, book_of, gather, log
 
 #: the settle point whose report is being given (reporters name it: :func:`point`)
 _point: "contextvars.ContextVar[str]" = contextvars.ContextVar("tmpatch_settle_point", default="compute()")

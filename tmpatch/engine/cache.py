@@ -40,9 +40,11 @@ _HEADER = b"tmpatch-cache-1\n"
 #: at most this many entries are kept (a file shared by many installs of torchmetrics)
 MAX_ENTRIES = 20000
 #: tmpatch's modules whose code decides the values (their hash names the file)
-_SOURCES = ("fingerprint", "rewrite", "spec", "cache")
+_SOURCES = ("engine.fingerprint", "engine.rewrite", "spec", "engine.cache")
 
 Key = Tuple[Any, ...]
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tmpatch package
 
 _lock = threading.RLock()
 _entries: Optional[Dict[str, Dict[Key, Any]]] = None  # None: not read yet
@@ -74,7 +76,7 @@ def _file_name() -> str:
                 module = sys.modules.get(f"tmpatch.{name}")
                 path = getattr(module, "__file__", None) if module is not None else None
                 if path is None:
-                    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+                    path = os.path.join(_ROOT, *name.split(".")) + ".py"
                 with open(path, "rb") as handle:
                     digest.update(handle.read())
             tag = sys.implementation.cache_tag or "python"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
-from tmpatch.deferred import Book, book_of, gather
+from tmpatch.runtime.deferred import Book, book_of, gather
 
 
 def detach(metric: Any, book: Book) -> None:

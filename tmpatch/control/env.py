@@ -2,7 +2,7 @@
 
 ``TMPATCH=1`` turns tmpatch on (``1``/``true``/``yes``/``on``; ``0``/``false``/
 ``no``/``off`` or unset leave it off). The companion variables are the rows of
-:data:`tmpatch.settings.SETTINGS`; ``tmpatch --help`` lists them::
+:data:`tmpatch.control.settings.SETTINGS`; ``tmpatch --help`` lists them::
 
     TMPATCH_PATCHES=safe_divide,cumsum_device   only these patches
     TMPATCH_EXCLUDE=gather_autograd             all but these
@@ -19,15 +19,15 @@ naming no known patch applies none (as ``apply(patches=[])``). Other
 ``TMPATCH_*`` variables (test tools') pass silently.
 
 This module runs at interpreter start-up (``tmpatch.pth``), so it imports
-nothing but :mod:`os` and :mod:`tmpatch.settings` (and :mod:`difflib` when a
+nothing but :mod:`os` and :mod:`tmpatch.control.settings` (and :mod:`difflib` when a
 variable looks misspelt).
 """
 from __future__ import annotations
 
 import os
 
-from tmpatch import settings as registry
-from tmpatch.settings import PREFIX, SETTINGS, TRUE_WORDS
+from tmpatch.control import settings as registry
+from tmpatch.control.settings import PREFIX, SETTINGS, TRUE_WORDS
 
 #: the switch
 SWITCH = PREFIX
@@ -65,7 +65,7 @@ class Settings:
     ``enabled``: ``TMPATCH`` is on. ``options``: keywords for
     :func:`tmpatch.apply` (``patches``, ``exclude``, ``strict``).
     ``log_level``: ``None`` or a level name. ``policies``: the policy values
-    set in the environment (:mod:`tmpatch.settings` reads them itself).
+    set in the environment (:mod:`tmpatch.control.settings` reads them itself).
     ``problems``: one message per variable that was not understood.
     """
 
@@ -87,7 +87,7 @@ class Settings:
                 continue
             unknown = [name for name in names if name not in valid]
             if unknown:
-                from tmpatch.selection import unknown_names
+                from tmpatch.control.selection import unknown_names
 
                 kept = tuple(name for name in names if name not in unknown)
                 self.options[option] = kept
@@ -192,7 +192,7 @@ def read(environ=None, valid_names=None) -> Settings:
 
 def to_environ(options: dict) -> dict:
     """The variables that ask for ``options`` (settings by name, see
-    :data:`tmpatch.settings.SETTINGS`): the inverse of :func:`read`, for
+    :data:`tmpatch.control.settings.SETTINGS`): the inverse of :func:`read`, for
     ``tmpatch run``. ``None`` values are left out."""
     out = {}
     for setting in SETTINGS:

@@ -1,6 +1,6 @@
 """A layer: tmpatch's wrapper around one target, and how that wrapper is made.
 
-The engine (:mod:`tmpatch.engine`) puts a layer's wrapper in place and takes it out;
+The engine (:mod:`tmpatch.engine.core`) puts a layer's wrapper in place and takes it out;
 this module makes it, and gives it its replacement:
 
 * a plain Python function (no proxy object: ``torch.compile`` traces it like the release's
@@ -12,7 +12,7 @@ this module makes it, and gives it its replacement:
   the target's arguments so, and is refused otherwise (:func:`_check_takes`);
 * a replacement with a gate (``GATE``) is called only while the gate answers something;
 * a replacement with an inline form (``spec.INLINE``: ``spec.inline``, and every edited
-  function of ``tmpatch.rewrite``) is installed itself: a copy of the form with the layer's
+  function of ``tmpatch.engine.rewrite``) is installed itself: a copy of the form with the layer's
   :class:`~tmpatch.spec.Route` bound (:func:`_copy`), no wrapper at all.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.references import PatchError, Place
+from tmpatch.engine.references import PatchError, Place
 from tmpatch.spec import INLINE, ROUTE, Route
 
 Key = Tuple[str, str]

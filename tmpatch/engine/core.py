@@ -3,7 +3,7 @@
 It knows nothing of torchmetrics. It is told a target (module name and dotted
 qualname) and a replacement, and it
 
-* wraps the original in a layer (:mod:`tmpatch.layers`: a plain function with
+* wraps the original in a layer (:mod:`tmpatch.engine.layers`: a plain function with
   ``__wrapped__``, with the original's parameters where it has plain ones; gated and
   inline replacements) that calls the replacement while the layer is active and the
   original once it is not;
@@ -21,7 +21,7 @@ qualname) and a replacement, and it
 
 Originals are saved once per target (``original()``), so a later apply reuses
 the same wrapper object and no second layer is ever stacked. Finding the places that
-hold a function is :mod:`tmpatch.references`.
+hold a function is :mod:`tmpatch.engine.references`.
 """
 from __future__ import annotations
 
@@ -35,10 +35,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import wrapt
 
-from tmpatch.layers import GATE, Key, Layer, Replacement, give, wrap  # noqa: F401 - GATE: the engine's API
-from tmpatch.references import (  # noqa: F401 - resolve, PatchError: part of the engine's API
-    PatchError, Place, _chain, _Index, find_references, resolve,
-)
+from tmpatch.engine.layers import Key, Layer, Replacement, give, wrap
+from tmpatch.engine.references import PatchError, Place, _chain, _Index, find_references, resolve
 
 log = logging.getLogger("tmpatch")
 

@@ -1,7 +1,7 @@
 """The public API: ``apply()``, ``revert()``, ``status()``.
 
 This layer joins the catalogue (:mod:`tmpatch.patches`, which knows
-torchmetrics) to the engine (:mod:`tmpatch.engine`, which knows wrapt): it
+torchmetrics) to the engine (:mod:`tmpatch.engine.core`, which knows wrapt): it
 gates each patch on the release and on the fingerprint of the code it finds,
 and keeps the row ``status()`` shows for it.
 """
@@ -14,10 +14,14 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
-from tmpatch import cache, compiled, gating, selection, settings
-from tmpatch.engine import Engine
+from tmpatch.engine import cache
+from tmpatch.runtime import compiled
+from tmpatch.control import gating, selection, settings
+from tmpatch.engine.core import Engine
 from tmpatch.spec import Patch, Target, Variant
-from tmpatch.report import PatchStatus, Report, State
+from tmpatch.control.report import PatchStatus, Report, State
+from tmpatch.runtime import wrappers
+from tmpatch.runtime.policies import current as current_policies
 
 log = logging.getLogger("tmpatch")
 
@@ -33,6 +37,7 @@ class TmpatchWarning(UserWarning):
 
 
 _engine = Engine()
+wrappers.answer_with(_engine.layer_of)  # what patched code may ask about the wrappers
 _rows: Dict[str, Tuple[str, str]] = {}  # name -> (state, reason)
 #: applied patch -> its variant and built piece (``gating.build``), for one target
 Held = Dict[str, Tuple[Variant, Optional[Callable[..., Any]]]]
@@ -240,14 +245,14 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
     hooks and take effect on import. A patch whose target is not recognised is
     left alone and its row says why; with ``strict=True`` that raises
     :class:`TmpatchError` (the other patches stay applied). ``policies``:
-    one keyword per run-time policy of :data:`tmpatch.settings.POLICIES`
+    one keyword per run-time policy of :data:`tmpatch.control.settings.POLICIES`
     (``nan_check="eager"``, ``bincount="eager"`` ...). Every argument is
     checked before anything changes (``TypeError``/``ValueError`` naming the
     valid ones). Returns the report.
     """
     global _warned_missing
     selected, excluded, chosen_policies = selection.check_apply(patches, exclude, strict, policies)
-    settings.policy.update(chosen_policies)
+    current_policies.update(chosen_policies)
     with _engine.lock:
         catalogue.forget_release()  # an upgrade since the last apply() is seen
         if not catalogue.installed():

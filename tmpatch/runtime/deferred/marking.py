@@ -4,7 +4,7 @@ A patch that defers a check wraps the class ``update`` with :meth:`Marker.build_
 and asks :meth:`Marker.get` in the release function that holds the check: the value
 set for the update running in this thread / task (by default the metric), or None
 outside one (the functional API, a metric built before ``apply()``, which has no
-book). The slot is a :class:`tmpatch.compiled.ContextSlot`, so compiled updates see it
+book). The slot is a :class:`tmpatch.runtime.compiled.ContextSlot`, so compiled updates see it
 too.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Optional
 
-from tmpatch.compiled import ContextSlot
+from tmpatch.runtime.compiled import ContextSlot
 
 
 class Marker:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tmpatch import settings
+from tmpatch.control import settings
 
 log = logging.getLogger("tmpatch")
 
@@ -149,7 +149,7 @@ def announce_environment() -> None:
     if _environment_read:
         return
     _environment_read = True
-    from tmpatch import env
+    from tmpatch.control import env
 
     variables = {setting.variable for setting in settings.POLICIES.values()}
     problems = [problem for problem in env.read().problems if problem.variable in variables]

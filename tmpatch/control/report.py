@@ -124,7 +124,7 @@ class Report(Sequence[PatchStatus]):
             for row in self._rows:
                 if row.name == key:
                     return row
-            from tmpatch.selection import unknown_names
+            from tmpatch.control.selection import unknown_names
 
             valid = [row.name for row in self._rows]
             raise UnknownPatch(f"{unknown_names([key], valid)}; valid names: {', '.join(valid) or 'none'}")

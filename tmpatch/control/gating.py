@@ -3,7 +3,7 @@ patch was written for, and the one replacement that several patches holding one
 target make together.
 
 Pure functions of the catalogue's declarations (:mod:`tmpatch.spec`) and of the
-functions found; :mod:`tmpatch.api` keeps the state and calls the engine.
+functions found; :mod:`tmpatch.control.api` keeps the state and calls the engine.
 """
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import sys
 import types
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from tmpatch import rewrite, spec
-from tmpatch.engine import PatchError
-from tmpatch.fingerprint import FingerprintError, fingerprint
-from tmpatch.report import State
+from tmpatch.engine import rewrite
+from tmpatch import spec
+from tmpatch.engine.references import PatchError
+from tmpatch.engine.fingerprint import FingerprintError, fingerprint
+from tmpatch.control.report import State
 from tmpatch.spec import Patch, Requirement, Rewrite, Target, Variant
 
 Found = List[Tuple[Target, Variant]]

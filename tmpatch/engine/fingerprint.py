@@ -94,12 +94,12 @@ _memo: Dict[int, Tuple[Callable, str]] = {}  # id(func) -> (func, fingerprint); 
 
 def fingerprint(func: Callable) -> str:
     """A short stable hash of ``func``'s code (see the module docstring); remembered per
-    function object, and on disk per source file's content (:mod:`tmpatch.cache`), since
+    function object, and on disk per source file's content (:mod:`tmpatch.engine.cache`), since
     reading and tokenizing its source is the costly part of apply()."""
     known = _memo.get(id(func))
     if known is not None and known[0] is func:
         return known[1]
-    from tmpatch import cache  # here: this module also runs alone (tests load it in other Pythons)
+    from tmpatch.engine import cache  # here: this module also runs alone (tests load it in other Pythons)
 
     key = cache.source_key(func)
     digest = cache.get(cache.FINGERPRINT, key) if key is not None else None
@@ -117,7 +117,7 @@ def source_fingerprint(source: str) -> str:
 
 
 def _main(argv: List[str]) -> int:
-    """``python -m tmpatch.fingerprint module:qualname``: print a fingerprint."""
+    """``python -m tmpatch.engine.fingerprint module:qualname``: print a fingerprint."""
     import importlib
 
     for spec in argv:

@@ -25,7 +25,7 @@ import textwrap
 import types
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tmpatch import cache
+from tmpatch.engine import cache
 from tmpatch.spec import ROUTE, Route, inline
 
 
@@ -220,7 +220,7 @@ def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str,
 
 
 def _stored(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str, ...]) -> types.CodeType:
-    """:func:`_compile`, through the disk cache (:mod:`tmpatch.cache`): keyed by the source
+    """:func:`_compile`, through the disk cache (:mod:`tmpatch.engine.cache`): keyed by the source
     file's content and everything else the compiled code depends on."""
     code = func.__code__
     source = cache.source_key(func)

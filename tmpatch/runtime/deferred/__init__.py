@@ -48,7 +48,7 @@ import logging
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.compiled import ContextSlot, compiling
+from tmpatch.runtime.compiled import ContextSlot, compiling
 
 log = logging.getLogger("tmpatch")
 
@@ -401,8 +401,8 @@ def pending_books() -> List[Tuple[Any, Book]]:
 
 
 # the report at compute() and the pending reports across revert(), in modules of their own
-from tmpatch.deferred.revert import detach, forward_step  # noqa: E402
-from tmpatch.deferred.settling import (  # noqa: E402
+from tmpatch.runtime.deferred.revert import detach, forward_step  # noqa: E402
+from tmpatch.runtime.deferred.settling import (  # noqa: E402
     books_in, clear, count_once, enclosing, pending, point, settle, start_compute,
 )
 

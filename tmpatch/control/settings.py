@@ -2,31 +2,32 @@
 
 :data:`SETTINGS` lists each setting once: its name, its environment variable,
 whether it is a keyword of :func:`tmpatch.apply`, the values it takes, its
-default and a help line. The environment parser (:mod:`tmpatch.env`), the
-argument checks of ``apply()`` (:mod:`tmpatch.selection`), ``tmpatch --help``,
+default and a help line. The environment parser (:mod:`tmpatch.control.env`), the
+argument checks of ``apply()`` (:mod:`tmpatch.control.selection`), ``tmpatch --help``,
 ``tmpatch run``'s options and the pytest marker all read this table.
 
-``policy`` maps each *policy* setting (``nan_check``, ``bincount``,
-``update_count``) to its
-value. Patches look it up on every call (``settings.policy["nan_check"]``), so
+Each *policy* setting (``nan_check``, ``bincount``, ``update_count``) has its value
+now in :data:`tmpatch.runtime.policies.current`, filled here from the environment.
+Patches look it up on every call (``policies.current["nan_check"]``), so
 ``tmpatch.apply(nan_check=...)`` takes effect at once, also on patches already
 applied. Initial values come from the environment (``TMPATCH_NAN_CHECK`` ...);
 a bad value leaves the default, and is reported once, by the start-up
 bootstrap or by the first ``apply()``
-(:func:`tmpatch.selection.announce_environment`).
+(:func:`tmpatch.control.selection.announce_environment`).
 
 Adding a policy is one row: ``Setting("name", "help line", choices=(default,
 ...), policy=True)``; it then has a ``TMPATCH_NAME`` variable (checked and
 listed in ``tmpatch --help``), an ``apply(name=...)`` keyword, a ``tmpatch run
---name`` option, a ``@pytest.mark.tmpatch(name=...)`` keyword and an entry in
-:data:`policy`, which the patch reads.
+--name`` option, a ``@pytest.mark.tmpatch(name=...)`` keyword and an entry in :data:`tmpatch.runtime.policies.current`, which the patch reads.
 
-This module is imported at interpreter start-up (through :mod:`tmpatch.env`):
+This module is imported at interpreter start-up (through :mod:`tmpatch.control.env`):
 it imports nothing but :mod:`os`.
 """
 from __future__ import annotations
 
 import os
+
+from tmpatch.runtime import policies
 
 #: the prefix of every variable; ``TMPATCH`` alone is the switch
 PREFIX = "TMPATCH"
@@ -48,7 +49,7 @@ class Setting:
     ``name``: the keyword (of ``apply()`` when ``keyword`` is true); ``variable``:
     the environment variable (``TMPATCH_<NAME>`` unless given); ``kind``: see
     the constants above; ``choices``: the words of a CHOICE (the first is the
-    default); ``policy``: a run-time value patches read from :data:`policy`.
+    default); ``policy``: a run-time value patches read from :data:`tmpatch.runtime.policies.current`.
     """
 
     __slots__ = ("name", "doc", "kind", "choices", "default", "keyword", "policy", "variable")
@@ -104,7 +105,7 @@ class Setting:
         raise ValueError(f"not understood; use {self.form}")
 
     def check(self, value: object) -> object:
-        """An ``apply()`` keyword's value (not NAMES: :mod:`tmpatch.selection`
+        """An ``apply()`` keyword's value (not NAMES: :mod:`tmpatch.control.selection`
         checks those); ``TypeError``/``ValueError`` naming the valid ones."""
         if self.kind == FLAG:
             if not isinstance(value, bool):
@@ -170,7 +171,7 @@ def variables() -> tuple:
 
 def _from_env(name: str, environ=None) -> str:
     """The value of policy ``name`` in the environment; its default when the
-    variable is unset or not understood (quietly: :mod:`tmpatch.env` reports)."""
+    variable is unset or not understood (quietly: :mod:`tmpatch.control.env` reports)."""
     setting = POLICIES[name]
     raw = (os.environ if environ is None else environ).get(setting.variable)
     if raw is None:
@@ -181,15 +182,14 @@ def _from_env(name: str, environ=None) -> str:
         return setting.default
 
 
-#: policy name -> its value now (a plain dict: patches read it on their hot path)
-policy = {name: _from_env(name) for name in POLICIES}
+policies.current.update({name: _from_env(name) for name in POLICIES})
 
 
 def set_policy(name: str, value: str) -> None:
-    """Set ``policy[name]``; ``KeyError``/``TypeError``/``ValueError`` name the valid ones."""
+    """Set ``tmpatch.runtime.policies.current[name]``; ``KeyError``/``TypeError``/``ValueError`` name the valid ones."""
     if name not in POLICIES:
         raise KeyError(f"tmpatch: no policy {name!r}; policies: {', '.join(POLICIES)}")
-    policy[name] = POLICIES[name].check(value)  # type: ignore[assignment]
+    policies.current[name] = POLICIES[name].check(value)  # type: ignore[assignment]
 
 
 #: messages already shown in this process (the bootstrap, the CLI and apply()
