@@ -141,7 +141,6 @@ def test_unknown_option_values_fail_the_run_with_a_usage_error(run):
 EXACT_TESTS = """
 import pytest
 import tmpatch as api
-from tmpatch.control import settings
 from tmpatch.runtime import policies
 from torchmetrics import aggregation
 from torchmetrics.utilities import data
@@ -213,7 +212,7 @@ def test_a_failing_strict_marker_restores_the_run(run, monkeypatch):
     source = """
 import pytest
 import tmpatch as api
-from tmpatch.control import settings
+from tmpatch.runtime import policies
 
 def test_0():
     global BEFORE
@@ -282,9 +281,12 @@ def test_7_bad_keyword(tmpatch):
 @pytest.mark.parametrize("session", [False, True], ids=["fixture-only", "with---tmpatch"])
 def test_fixture_and_marker_revert_only_what_they_applied(run, session):
     states = None
-    if session:  # what --tmpatch gives on this release
+    if session:  # what --tmpatch gives on this release (then the state as it was: no hook left armed)
+        from tmpatch.control import session as process
+
+        before = process.snapshot()
         states = tmpatch.apply().states()
-        tmpatch.revert()
+        process.restore(before)
     result = run(FIXTURE_TESTS.format(session=states), *(["--tmpatch"] if session else []))
     result.assert_outcomes(passed=5, errors=2)
     result.stdout.fnmatch_lines([

@@ -348,6 +348,16 @@ def get_original(obj: object) -> object:
     return obj if layer is None else layer.original
 
 
+def armed() -> List[str]:
+    """The modules whose post-import hooks tmpatch has armed now."""
+    return _engine.armed()
+
+
+def disarm(module_name: str) -> None:
+    """Disarm tmpatch's post-import hook of ``module_name`` (see :mod:`tmpatch.control.session`)."""
+    _engine.disarm(module_name)
+
+
 def patch_names() -> Sequence[str]:
     """Every patch name tmpatch knows."""
     return catalogue.NAMES
