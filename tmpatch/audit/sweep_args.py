@@ -33,10 +33,6 @@ def _ints(high: int, *shape: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, high, shape, generator=torch.Generator().manual_seed(seed))
 
 
-def _two(make: Callable[[int], torch.Tensor]) -> Inputs:
-    return (make(0), make(1)), {}
-
-
 # --- skips -------------------------------------------------------------------------------------
 
 #: classes whose inputs are strings (text metrics but Perplexity)
@@ -67,15 +63,6 @@ def skip_reason(cls: type) -> Optional[str]:
 # --- constructor arguments ---------------------------------------------------------------------
 
 CLASSES = 3
-
-
-def _base(name: str) -> Callable[[], Any]:
-    def make() -> Any:
-        import torchmetrics
-
-        return getattr(torchmetrics, name)()
-
-    return make
 
 
 def _special_kwargs() -> Dict[str, Callable[[], Dict[str, Any]]]:

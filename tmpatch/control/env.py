@@ -54,11 +54,6 @@ def announce(problems, write) -> None:
     registry.announce(problems, write)
 
 
-def is_on(value: str | None) -> bool:
-    """Whether a value of ``TMPATCH`` switches tmpatch on (unknown words: off)."""
-    return value is not None and value.strip().lower() in TRUE_WORDS
-
-
 class Settings:
     """What the environment asks for.
 

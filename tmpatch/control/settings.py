@@ -159,7 +159,6 @@ SETTINGS = (
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}
-BY_VARIABLE = {setting.variable: setting for setting in SETTINGS}
 #: the settings that are run-time policies, by name
 POLICIES = {setting.name: setting for setting in SETTINGS if setting.policy}
 

@@ -140,9 +140,6 @@ class Engine:
             return layer.original
         return current
 
-    def is_wrapper(self, obj: Any) -> bool:
-        return any(layer.wrapper is obj for layer in self._layers.values())
-
     def install(self, key: Key, replacement: Replacement, *, method: bool, scope: str, sweep: bool) -> Layer:
         """Wrap the object at ``key`` and put the wrapper everywhere it was.
 
