@@ -182,7 +182,7 @@ def lazily_imported_patches() -> frozenset:
     return _LAZY
 
 
-# --- other Pythons, for fingerprints (tests/test_fingerprint.py, tests/test_api.py) -----------------
+# --- other Pythons, for fingerprints (tests/engine/test_fingerprint.py, tests/control/test_api.py) -----------------
 
 _FINGERPRINT_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tmpatch", "engine",
                                  "fingerprint.py")

@@ -66,7 +66,8 @@ PLAN: Dict[str, Tuple[str, ...]] = {
 #: (its hypothesis bit-identity comparisons and its sync tests), real process groups, the
 #: deferred reports and the pytest plugin's fixtures; not the import-hook, environment and
 #: packaging machinery, which torch does not touch (they run with the newest torch)
-TORCH_TESTS: Tuple[str, ...] = ("tests/audit", "tests/patches", "tests/distributed", "tests/test_deferred.py",
+TORCH_TESTS: Tuple[str, ...] = ("tests/audit", "tests/patches", "tests/distributed", "tests/runtime/test_deferred.py",
+                                "tests/runtime/test_device_tensors.py",
                                 "tests/test_pytest_plugin.py")
 
 #: a run (one torch, one release) takes 1-3 minutes on 2 idle cores and up to about 17 on a

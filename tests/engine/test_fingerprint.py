@@ -62,7 +62,7 @@ def test_no_source_is_a_clear_error():
 # From Python 3.12 the tokenizer splits an f-string into parts (PEP 701); seen on a GPU machine with
 # Python 3.12, where 9 targets' fingerprints differed and their patches were left alone. The
 # fingerprints are compared with those of every other Python found here (3.12 or newer; see
-# tests/conftest.py); without one the test is skipped. tests/test_api.py does the same for every
+# tests/conftest.py); without one the test is skipped. tests/control/test_api.py does the same for every
 # target of the catalogue on the release under test.
 
 FSTRINGS = '''

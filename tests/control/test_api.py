@@ -108,7 +108,7 @@ def test_every_target_is_recognised_as_the_variant_for_this_release():
 
 def test_every_target_fingerprints_the_same_on_every_python(other_pythons):
     """Python 3.12 tokenizes f-strings in parts: the fingerprints must not change (see
-    tests/test_fingerprint.py); this is every target of the catalogue on this release."""
+    tests/engine/test_fingerprint.py); this is every target of the catalogue on this release."""
     import inspect
 
     from tmpatch.engine.fingerprint import source_fingerprint
