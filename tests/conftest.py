@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 import tmpatch
+from tmpatch.runtime import host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -110,12 +111,27 @@ def run_python(code: str, env: Optional[dict] = None, timeout: float = 120) -> s
     return proc
 
 
+#: the library's rule of where a patch keeps the release's plain statements (tmpatch.runtime.host)
+_HOST_RULES = (host.on_host, host.host_device)
+
+
+def _never(obj: object) -> bool:
+    return False
+
+
+def cpu_shortcuts(on: bool) -> None:
+    """``True``: the patches keep their CPU shortcuts (the library's rule). ``False``: they run
+    the path a GPU takes on the CPU too (tmpatch.runtime.host answers "not the host's")."""
+    host.on_host, host.host_device = _HOST_RULES if on else (_never, _never)
+
+
 @pytest.fixture(autouse=True)
 def _reverted():
-    """Leave nothing of tmpatch behind a test."""
+    """Leave nothing of tmpatch behind a test (its CPU shortcuts back on)."""
     tmpatch.revert()
     yield
     tmpatch.revert()
+    cpu_shortcuts(True)
 
 
 def pytest_report_header(config):

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 from tmpatch.runtime import deferred
 from tmpatch.patches import fairness_groups as patch
 from torchmetrics.classification import BinaryFairness, BinaryGroupStatRates
@@ -20,7 +20,7 @@ STATES = ("tp", "fp", "tn", "fn")
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    patch.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -58,7 +58,7 @@ def test_update_is_sync_free_on_simulated_cuda(kind):
     assert ("_binary_groups_stat_scores", "aten._to_copy") in ops and ("_flexible_bincount", "aten._unique2") in ops
     _apply()
     for cpu_fast in (True, False):
-        patch.CPU_FAST = cpu_fast
+        cpu_shortcuts(cpu_fast)
         patched = audit(_build(kind, 8, validate_args=False).update, preds, target, groups, real=False)
         assert patched.count == 0, str(patched)
     if kind == "rates":  # its compute reads nothing: forward() is sync-free too
@@ -116,7 +116,7 @@ def test_states_and_results_equal_the_releases(cases):
     expected = [{kind: _run(case, kind) for kind in KINDS} for case in cases]
     _apply()
     for case, want in zip(cases, expected):
-        patch.CPU_FAST = case[2]
+        cpu_shortcuts(case[2])
         for kind in KINDS:
             metric = _run(case, kind)
             for state in STATES:
@@ -138,7 +138,7 @@ def test_more_groups_than_num_groups_leaves_the_releases_states_and_raises_at_co
     with pytest.raises(IndexError):
         upstream.update(preds, target, groups)  # after adding groups 0, 1, 2
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     metric = BinaryGroupStatRates(num_groups=3, validate_args=False)
     metric.update(preds, target, groups)  # no error here
     for state in STATES:

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 import tmpatch
-from tests.conftest import assert_bitwise
-from tmpatch.patches import pit_permutations as patch
+from tests.conftest import assert_bitwise, cpu_shortcuts
 from torchmetrics.audio import PermutationInvariantTraining
 from torchmetrics.functional.audio import scale_invariant_signal_noise_ratio
 
@@ -20,7 +19,7 @@ def _fresh_cache(monkeypatch):
     """A cache of the tables of its own for each test (simulated tensors must not stay in it)."""
     monkeypatch.setattr(PIT, "_ps_dict", {})
     yield
-    patch.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -56,7 +55,7 @@ def test_first_update_copies_no_table_to_simulated_cuda(monkeypatch):
 def test_the_table_is_the_releases(cpu_fast):
     expected = {n: PIT._gen_permutations(n, torch.device("cpu")) for n in range(0, 7)}
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     for n, want in expected.items():
         PIT._ps_dict.clear()
         got = PIT._gen_permutations(n, torch.device("cpu"))
@@ -77,6 +76,6 @@ def test_results_equal_the_releases():
 
     want = run()
     _apply()
-    patch.CPU_FAST = False
+    cpu_shortcuts(False)
     for a, b in zip(run(), want):
         assert_bitwise(a, b)

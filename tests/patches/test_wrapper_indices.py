@@ -6,8 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise
-from tmpatch.runtime import device_tensors as helper
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 from torchmetrics import MeanSquaredError
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.wrappers import BootStrapper, MultioutputWrapper
@@ -16,7 +15,7 @@ from torchmetrics.wrappers import BootStrapper, MultioutputWrapper
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    helper.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -137,6 +136,6 @@ def test_multioutput_results_equal_the_releases(outputs, rows, remove_nans, sque
     tmpatch.revert()
     want = run()
     _apply()
-    helper.CPU_FAST = False
+    cpu_shortcuts(False)
     for a, b in zip(run(), want):
         assert_bitwise(a, b)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from tests.conftest import examples, assert_bitwise
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 from tmpatch.runtime import device_tensors as helper
 
 DTYPES = [None, torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
@@ -21,9 +21,9 @@ NUMBERS = st.one_of(
 
 @pytest.fixture(autouse=True)
 def _device_path():
-    helper.CPU_FAST = False  # the fill path, on the CPU
+    cpu_shortcuts(False)  # the fill path, on the CPU
     yield
-    helper.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _outcome(build):
@@ -72,7 +72,7 @@ def test_other_data_is_left_to_torch_tensor(data):
 def test_numbers_make_no_copy_on_simulated_cuda(data):
     from tmpatch.audit import audit
 
-    helper.CPU_FAST = True  # the flag does not matter on CUDA
+    cpu_shortcuts(True)  # the flag does not matter on CUDA
     assert audit(lambda: torch.tensor(data, device="cuda:0"), real=False).count == 1
     report = audit(lambda: helper.device_tensor(data, device="cuda:0"), real=False)
     assert report.count == 0, str(report)

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
@@ -60,9 +61,6 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     )
 
 
-#: on the CPU, read whether a group was left out (free there) and count only then; the tests
-#: turn it off to run the device path
-CPU_FAST = True
 
 #: rows of groups beyond num_groups, reported at compute
 RECORD = deferred.Record("fairness_groups", _report)
@@ -108,7 +106,7 @@ def _helpers(module: ModuleType) -> Dict[str, Any]:
         # the number of each row's group among the distinct ids, in sorted order (ids are sorted)
         rank = cat([zeros(1, dtype=int64, device=indexes.device), (indexes[1:] != indexes[:-1]).cumsum(0)])
         kept = rank < num_groups
-        cpu = CPU_FAST and indexes.is_cpu and not compiling()
+        cpu = host.on_host(indexes) and not compiling()
         if not (cpu and bool(kept[-1])):  # CPU: a free read, no count
             RECORD.add(metric, (~kept).sum())
         # the release's comparisons (_binary_stat_scores_update): tp 0, fp 1, tn 2, fn 3

@@ -53,6 +53,7 @@ import textwrap
 from types import ModuleType
 from typing import Any, Dict, Tuple
 
+from tmpatch.runtime import host
 from tmpatch.runtime import device_tensors
 from tmpatch.runtime.device_tensors import built, swap
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
@@ -69,7 +70,7 @@ def _complement_is_ascending(length: int, block_size: int) -> bool:
 def _on_device(t: Any) -> bool:
     """Whether the edited statements take the device path for tensor ``t`` (on the CPU the
     release's own statements run, unless the tests turn the CPU shortcut off)."""
-    return not (device_tensors.CPU_FAST and t.is_cpu)
+    return not host.on_host(t)
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:

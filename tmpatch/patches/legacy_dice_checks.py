@@ -37,15 +37,13 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.runtime.device_tensors import built, swap
 from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
 
-#: on the CPU, read a condition at once (free there) and count failing updates only; the tests
-#: turn it off to run the device path
-CPU_FAST = True
 
 #: check key -> the release's message (the same text in 1.0.0-1.6.3)
 MESSAGES = {
@@ -115,7 +113,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         update = MARK.get()
         if update is None:
             return condition
-        if CPU_FAST and condition.is_cpu and not compiling():
+        if host.on_host(condition) and not compiling():
             if bool(condition):  # a read costs nothing on the CPU
                 RECORDS[key].add(update.metric, ones((), dtype=int64))
                 update.suspect = True

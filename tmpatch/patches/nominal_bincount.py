@@ -42,6 +42,7 @@ import importlib
 from types import ModuleType
 from typing import Any, Callable, Dict, Tuple
 
+from tmpatch.runtime import host
 from tmpatch.runtime import wrappers
 from tmpatch.runtime.compiled import compiling
 from tmpatch.patches.bincount import counting
@@ -50,9 +51,6 @@ from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Route, Target, Va
 _CONFUSION = "torchmetrics.functional.classification.confusion_matrix"
 
 
-#: on the CPU, integer categories that are valid take the release's own update (a read
-#: costs nothing there; the result is the same); the tests turn it off
-CPU_FAST = True
 
 
 def _first_on_cpu(metric: Any, preds: Any, target: Any, integral: Any, aminmax: Any) -> bool:
@@ -63,8 +61,8 @@ def _first_on_cpu(metric: Any, preds: Any, target: Any, integral: Any, aminmax: 
     than ``num_classes ** 2``), and the update is recorded then."""
     num_classes = metric.__dict__.get("num_classes")
     if (type(preds) is not Tensor or type(target) is not Tensor or preds.dtype not in integral
-            or target.dtype not in integral or type(num_classes) is not int or not preds.is_cpu
-            or not target.is_cpu or preds.dim() != 1 or preds.shape != target.shape or not preds.numel()):
+            or target.dtype not in integral or type(num_classes) is not int or not host.on_host(preds)
+            or not host.on_host(target) or preds.dim() != 1 or preds.shape != target.shape or not preds.numel()):
         return False
     low, high = aminmax(preds)
     return low.item() >= 0 and high.item() < num_classes
@@ -99,7 +97,7 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
         if not _tmpatch_route.on:
             return original(self, preds, target)
         # not in deterministic mode: the release's _bincount counts with a mesh there, the recorded update plainly
-        if CPU_FAST and first and aminmax is not None and not compiling() and not deterministic() \
+        if first and aminmax is not None and not compiling() and not deterministic() \
                 and _first_on_cpu(self, preds, target, integral, aminmax):
             try:
                 return original(self, preds, target)

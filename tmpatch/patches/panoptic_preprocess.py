@@ -45,14 +45,12 @@ import textwrap
 from types import ModuleType
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from tmpatch.runtime import host
 from tmpatch.runtime.compiled import ContextSlot, compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.device_tensors import device_tensor
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
-#: on the CPU, take the release's statements (read the check at once; a failing update alone
-#: is counted); the tests turn it off to run the device path on the CPU
-CPU_FAST = True
 
 #: the most runs of consecutive ids tested one by one; more use a lookup table
 MAX_RUNS = 4
@@ -115,7 +113,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
     zeros, where = torch.zeros, torch.where
 
     def on_device(t: Any) -> bool:
-        return not (CPU_FAST and t.is_cpu and not compiling())
+        return not (host.on_host(t) and not compiling())
 
     def isin(arr: Any, values: Any) -> Any:
         """The release's ``(arr[..., None] == arr.new(values)).any(-1)``, without the list on the device;

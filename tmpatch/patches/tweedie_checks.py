@@ -29,14 +29,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
-#: on the CPU, read the condition at once (free there) and count failing updates only; the tests
-#: turn it off to run the device path
-CPU_FAST = True
 
 #: check key -> the release's message after ``For power={power}, ``
 MESSAGES = {
@@ -79,7 +77,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         metric = MARK.get()
         if metric is None:
             return first if second is None else first or second
-        if CPU_FAST and first.is_cpu and not compiling():
+        if host.on_host(first) and not compiling():
             if bool(first) or (second is not None and bool(second)):  # a read costs nothing on the CPU
                 RECORDS[key].add(metric, ones((), dtype=int64))
             return False

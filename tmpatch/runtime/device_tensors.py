@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Tuple
 
-#: on the CPU, call torch.tensor itself (no copy to save there); the tests turn it off to run
-#: the fill path on the CPU, where a fill converts the value as it does on CUDA
-CPU_FAST = True
+from tmpatch.runtime import host
+
 
 #: the most elements filled one by one (each element is one fill kernel)
 MAX_FILLS = 16
@@ -52,7 +51,7 @@ def _build() -> Tuple[Callable[..., Any], Callable[..., Any]]:
         if device is None:
             return tensor(data, dtype=dtype, device=device)
         where = device if type(device) is device_type else device_type(device)
-        if CPU_FAST and where.type == "cpu":
+        if host.host_device(where):
             return tensor(data, dtype=dtype, device=device)
         if kind in _NUMBERS:
             items, shape = (data,), ()
@@ -77,7 +76,7 @@ def _build() -> Tuple[Callable[..., Any], Callable[..., Any]]:
 
     def to_device(t: Any, dtype: Any, device: Any) -> Any:
         where = device if type(device) is device_type else device_type(device)
-        if ((CPU_FAST and where.type == "cpu") or not t.is_cpu or t.numel() > MAX_FILLS or t.requires_grad
+        if (host.host_device(where) or not t.is_cpu or t.numel() > MAX_FILLS or t.requires_grad
                 or dtype not in floating | integral or t.dtype not in floating | integral):
             return t.to(dtype=dtype, device=device)
         host = t.to(dtype=dtype)  # the release's conversion, on the host
