@@ -2,20 +2,12 @@
 from __future__ import annotations
 
 import pytest
-import wrapt
 
 import tmpatch
-from tmpatch.control import api, session
-from tmpatch.runtime import policies
-from tmpatch.runtime.compiled import DYNAMO
+from tmpatch.control import session
+from tests.conftest import run_python
 
 import torchmetrics  # noqa: F401,E402  (apply() works on the imported release)
-
-
-def _tmpatch_hooks():
-    registry = getattr(wrapt.importer, "_post_import_hooks", {})
-    return [name for name, hooks in registry.items() for hook in (hooks or ())
-            if getattr(hook, "__module__", "").startswith("tmpatch")]
 
 
 @pytest.fixture
@@ -25,15 +17,36 @@ def clean():
     session.restore(before)
 
 
-def test_restore_puts_back_patches_policies_and_hooks(clean):
-    assert not clean.active() and not clean.armed
-    tmpatch.apply(["nan_check"], nan_check="eager")
-    assert DYNAMO in api.armed() and policies.current["nan_check"] == "eager"
-    session.restore(clean)
-    assert not session.snapshot().active()
-    assert policies.current == clean.policies
-    # revert() keeps torch._dynamo's hook armed; restoring a state without it disarms it
-    assert api.armed() == [] and _tmpatch_hooks() == []
+def test_restore_puts_back_patches_policies_and_hooks():
+    """In a fresh process (torch._dynamo not imported, so apply() arms its hook): revert()
+    keeps that hook armed; restoring a state without it disarms it."""
+    proc = run_python("""
+        import sys, wrapt, torchmetrics, tmpatch
+        from tmpatch.control import api, session
+        from tmpatch.runtime import policies
+        assert "torch._dynamo" not in sys.modules
+        clean = session.snapshot()
+        assert not clean.active() and not clean.armed
+        tmpatch.apply(["nan_check"], nan_check="eager")
+        assert "torch._dynamo" in api.armed() and policies.current["nan_check"] == "eager"
+        session.restore(clean)
+        assert not session.snapshot().active() and policies.current == clean.policies
+        registry = getattr(wrapt.importer, "_post_import_hooks", {})
+        hooks = [name for name, hooks in registry.items() for hook in (hooks or ())
+                 if getattr(hook, "__module__", "").startswith("tmpatch")]
+        print(api.armed(), hooks)
+    """)
+    assert proc.stdout.split("\n")[-2] == "[] []", proc.stdout
+
+
+def test_restore_keeps_exclusions(clean):
+    tmpatch.apply(["cumsum_device"])
+    before = session.snapshot()
+    assert before.excluded and set(before.excluded) == {name for name, state in before.rows.items()
+                                                        if state == "excluded"}
+    with_more = session.apply_exactly(["nan_check"])[1]
+    session.restore(with_more)
+    assert session.snapshot() == before
 
 
 def test_apply_exactly_reverts_what_is_outside_the_selection(clean):

@@ -67,7 +67,7 @@ def test_update_is_sync_free_on_simulated_cuda(kind):
         assert audit(_build(kind, 8, validate_args=False), preds, target, groups, real=False).count
         _apply()
     with_validation = audit(_build(kind, 8).update, preds, target, groups, real=False)
-    from tmpatch.audit.panel import label_for
+    from tmpatch.audit.panel.run import label_for
 
     assert {label_for(p).category for p in with_validation.sync_points} == {"validation"}, str(with_validation)
 

@@ -78,7 +78,7 @@ def test_updates_and_forward_read_nothing_on_simulated_cuda():
 
 def test_labels_without_num_classes_keep_the_inherent_read():
     from tmpatch.audit import audit
-    from tmpatch.audit.panel import label_for
+    from tmpatch.audit.panel.run import label_for
 
     _apply()
     report = audit(Dice().update, torch.randint(0, 3, (8,)), torch.randint(0, 3, (8,)), real=False)

@@ -69,7 +69,7 @@ def test_update_is_sync_free_on_simulated_cuda(dtype):
 
 def test_ignore_index_removal_stays_and_is_labelled_inherent():
     from tmpatch.audit import audit
-    from tmpatch.audit.panel import label_for
+    from tmpatch.audit.panel.run import label_for
 
     preds, target, indexes = _batch()
     target[::4] = -100

@@ -40,7 +40,7 @@ def _copies(report, function):
 # -- sync ---------------------------------------------------------------------------------------
 def test_multioutput_index_is_made_on_simulated_cuda():
     from tmpatch.audit import audit
-    from tmpatch.audit.panel import label_for
+    from tmpatch.audit.panel.run import label_for
 
     def wrapper(remove_nans):
         return MultioutputWrapper(MeanSquaredError(), num_outputs=2, remove_nans=remove_nans)

@@ -348,6 +348,15 @@ def get_original(obj: object) -> object:
     return obj if layer is None else layer.original
 
 
+def exclude_again(reasons: Dict[str, str]) -> None:
+    """Mark these patches excluded again, with their reasons, where nothing of them is in
+    effect now (:func:`tmpatch.control.session.restore`)."""
+    with _engine.lock:
+        for name, reason in reasons.items():
+            if name not in _pending and not _is_applied(name):
+                _rows[name] = (State.EXCLUDED, reason)
+
+
 def armed() -> List[str]:
     """The modules whose post-import hooks tmpatch has armed now."""
     return _engine.armed()

@@ -24,10 +24,11 @@ INACTIVE = (State.OFF, State.REVERTED, State.EXCLUDED)
 
 @dataclass(frozen=True)
 class Snapshot:
-    """tmpatch's process state at one time: ``rows`` {patch: state}, the ``policies``
-    and the modules whose post-import hooks were ``armed``."""
+    """tmpatch's process state at one time: ``rows`` {patch: state}, the reasons of the
+    ``excluded`` ones, the ``policies`` and the modules whose post-import hooks were ``armed``."""
 
     rows: Dict[str, str]
+    excluded: Dict[str, str]
     policies: Dict[str, str]
     armed: FrozenSet[str]
 
@@ -38,7 +39,9 @@ class Snapshot:
 
 def snapshot() -> Snapshot:
     """The state now."""
-    return Snapshot(api.status().states(), dict(current_policies), frozenset(api.armed()))
+    report = api.status()
+    excluded = {row.name: row.reason for row in report if row.state == State.EXCLUDED}
+    return Snapshot(report.states(), excluded, dict(current_policies), frozenset(api.armed()))
 
 
 def _same(now: str, before: str) -> bool:
@@ -65,8 +68,8 @@ def apply_exactly(patches: Any = None, exclude: Any = None, strict: bool = False
 
 def restore(before: Snapshot) -> None:
     """Back to ``before``: the same patches in effect (the same wrappers), the same
-    policies and armed hooks, the same rows but for patches not in effect, which may read
-    ``off``, ``reverted`` or ``excluded`` differently (``reverted`` if they were applied
+    policies and armed hooks, the same rows but for patches not in effect and not excluded,
+    which may read ``off`` or ``reverted`` differently (``reverted`` if they were applied
     since)."""
     current_policies.update(before.policies)
     rows = before.rows
@@ -82,6 +85,8 @@ def restore(before: Snapshot) -> None:
              and rows.get(name, State.OFF) in INACTIVE]
     if stray:
         api.revert(stray)  # rows nobody asked for (excluded, not-needed ...): off again
+    if before.excluded:
+        api.exclude_again(before.excluded)  # an exclusion stays one
     for module_name in api.armed():
         if module_name not in before.armed:
             api.disarm(module_name)  # a hook armed since (torch._dynamo's by the first apply())
