@@ -79,12 +79,12 @@ def _build() -> Tuple[Callable[..., Any], Callable[..., Any]]:
         if (host.host_device(where) or not t.is_cpu or t.numel() > MAX_FILLS or t.requires_grad
                 or dtype not in floating | integral or t.dtype not in floating | integral):
             return t.to(dtype=dtype, device=device)
-        host = t.to(dtype=dtype)  # the release's conversion, on the host
-        if dtype in floating and not bool(torch.isfinite(host).all()):  # NaN payloads: keep the copy
+        converted = t.to(dtype=dtype)  # the release's conversion, on the host
+        if dtype in floating and not bool(torch.isfinite(converted).all()):  # NaN payloads: keep the copy
             return t.to(dtype=dtype, device=device)
-        out = empty(host.shape, dtype=dtype, device=where)
+        out = empty(converted.shape, dtype=dtype, device=where)
         flat = out.view(-1)
-        for index, item in enumerate(host.reshape(-1).tolist()):
+        for index, item in enumerate(converted.reshape(-1).tolist()):
             flat.select(0, index).fill_(item)
         return out
 
