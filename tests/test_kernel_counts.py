@@ -36,7 +36,10 @@ def test_no_panel_row_launches_more_kernels_than_the_release(kernel_counts):
         except (ImportError, AttributeError):
             continue
         before, after = kernel_counts.count_row(row, False), kernel_counts.count_row(row, True)
-        assert before is not None and after is not None, row.name
+        if before is None:  # the release itself fails on this row (1.6.x: samplewise top_k); so must tmpatch
+            assert after is None, row.name
+            continue
+        assert after is not None, row.name
         counted += 1
         if sum(after.values()) > sum(before.values()):
             over.append((row.name, sum(before.values()), sum(after.values()), dict(after - before)))

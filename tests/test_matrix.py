@@ -112,3 +112,39 @@ def test_explore_gives_each_run_fresh_draws_and_its_own_database(monkeypatch):
     matrix.run(sys.executable, "1.9.0", "/nowhere", [], explore="2.13.0-1.9.0")
     assert seen["TMPATCH_HYPOTHESIS"] == "explore"
     assert seen["TMPATCH_HYPOTHESIS_DB"] == os.path.join(ROOT, ".hypothesis", "2.13.0-1.9.0")
+
+
+def test_every_release_outside_the_anchors_changes_a_patch_and_runs_its_tests():
+    """A release runs the tests of the patches whose code changes there: each release of the matrix
+    changes some patch (else it adds nothing to the matrix), and those patches have tests."""
+    matrix = _matrix_module()
+    for release in matrix.RELEASES:
+        changed = matrix.changed_patches(release, matrix.RELEASES)
+        assert changed, f"{release}: no patch's code changes there"
+        selected = matrix.selected_tests(release, matrix.RELEASES)
+        for name in changed:
+            assert set(matrix.patch_tests([name])) <= set(selected)
+    oldest = min(matrix.RELEASES, key=Version)
+    assert matrix.changed_patches(oldest, matrix.RELEASES) == list(catalogue.NAMES)
+
+
+def test_every_patch_test_belongs_to_a_patch_or_runs_at_every_release():
+    """No test file under tests/patches is left out of the releases between the anchors, and every
+    path the selection names exists (a moved test file must move there too)."""
+    matrix = _matrix_module()
+    named = set(matrix.patch_tests(catalogue.NAMES)) | set(matrix.EVERY_RELEASE)
+    folder = os.path.join(ROOT, "tests", "patches")
+    files = {f"tests/patches/{entry}" for entry in os.listdir(folder)
+             if entry.startswith("test_") and entry.endswith(".py")
+             or os.path.isdir(os.path.join(folder, entry)) and not entry.startswith("__")}
+    assert files - named == set()
+    for path in named | set(matrix.TORCH_TESTS):
+        assert os.path.exists(os.path.join(ROOT, path)), path
+
+
+def test_a_release_outside_the_anchors_runs_what_changed_there():
+    matrix = _matrix_module()
+    assert matrix.ANCHORS and all(r in matrix.RELEASES for r in matrix.ANCHORS)
+    assert matrix.changed_patches("1.7.4", matrix.RELEASES) == ["pearson_update"]  # tools/fingerprints.py
+    assert "tests/patches/test_pearson_update.py" in matrix.selected_tests("1.7.4", matrix.RELEASES)
+    assert "tests/patches/test_safe_divide.py" not in matrix.selected_tests("1.7.4", matrix.RELEASES)

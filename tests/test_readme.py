@@ -1,22 +1,36 @@
-"""The README's patch table lists every patch of the catalogue, in its order, and no other."""
+"""README.rst and the manual under docs/ say what the code does: the README's patch table is the
+catalogue's (tools/patch_table.py), its corrections name every patch that changes a result, and
+the manual's passages that tests elsewhere rely on are where they are said to be."""
 from __future__ import annotations
 
 import os
 import re
+import sys
 
 import pytest
 
 from tests.conftest import ROOT
-from tmpatch.patches import NAMES
+from tmpatch.patches import NAMES, load
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import patch_table  # noqa: E402
+
+del sys.path[0]
+
+
+def _read(*path: str) -> str:
+    with open(os.path.join(ROOT, *path), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())  # one line: sentences wrap anywhere
+
 
 def _table_rows():
-    with open(os.path.join(ROOT, "README.rst"), encoding="utf-8") as handle:
-        text = handle.read()
-    section = text.split("What it fixes\n", 1)[1].split("\n\n\n", 1)[0]
-    table = section.split(".. list-table::", 1)[1]
+    table = patch_table.readme_section(_read("README.rst"))
     return re.findall(r"^   \* - ``(\w+)``$", table, flags=re.M)
 
 
@@ -24,34 +38,103 @@ def test_every_patch_has_one_row_in_catalogue_order():
     assert _table_rows() == list(NAMES)
 
 
-def _readme() -> str:
-    with open(os.path.join(ROOT, "README.rst"), encoding="utf-8") as handle:
-        return " ".join(handle.read().split())  # one line: sentences wrap anywhere
+def test_the_readme_table_is_the_generated_one():
+    """``python tools/patch_table.py --write`` after a change of the catalogue."""
+    assert patch_table.readme_section(_read("README.rst")) == patch_table.readme_table()
+    assert patch_table.main(["--check"]) == 0
+
+
+def test_the_table_is_made_from_each_patch():
+    """The generator reads the catalogue: each row holds its patch's summary and release range."""
+    table = patch_table.readme_table()
+    for name in NAMES:
+        patch = load(name)
+        row = table.split(f"   * - ``{name}``\n", 1)[1].split("   * - ", 1)[0]
+        assert " ".join(patch.summary.split()) in row, name
+        assert f"     - {patch_table.patched_on(patch)}\n" in row, name
+    assert "     - 1.0.0-1.8.2\n" in table.split("``safe_divide``", 1)[1].split("   * - ", 1)[0]
+    assert "     - 1.0.0-1.5.2\n" in table.split("``gather_autograd``", 1)[1].split("   * - ", 1)[0]
+
+
+def test_the_readme_stays_short():
+    assert len(_read("README.rst").splitlines()) <= 300
+
+
+def test_the_readme_keeps_the_ci_commands():
+    """The two set-up commands: the main job, and the tests as CI runs them (.ci/run runs
+    tools/matrix.py --plan), with the quick command and what they cost."""
+    text = _flat(_read("README.rst"))
+    ci = _read(".ci", "run")
+    assert "python tools/matrix.py --plan" in ci
+    for command in ("pip install -e . && tmpatch audit", "bash .ci/run", "python tools/matrix.py --plan",
+                    'pip install -e ".[test]" && python tools/matrix.py -r 1.4.0 -r 1.9.0',
+                    "about 5 GB of downloads", "about 40 minutes", "about 5 minutes"):
+        assert command in text, command
+
+
+def _corrections(text: str) -> str:
+    return text.split("Results and deliberate corrections", 1)[1]
 
 
 def _bullet(text: str, start: str) -> str:
-    """The README's list item of the results section that starts with ``start``."""
-    return text.split("Results and deliberate corrections", 1)[1].split(f"* {start}", 1)[1].split(" * ``", 1)[0]
+    """The list item of the corrections section that starts with ``start``."""
+    return _corrections(text).split(f"* {start}", 1)[1].split(" * ``", 1)[0]
+
+
+def test_the_readme_lists_every_patch_whose_result_differs():
+    """A patch whose catalogue entry calls a change a correction, or moves an error or report out of
+    update(), has a bullet in the README's short list of deliberate corrections."""
+    readme = _flat(_read("README.rst"))
+    section = _corrections(readme).split("Documentation", 1)[0]
+    named = set(re.findall(r"\* ((?:``\w+``(?:, )?)+)", section))
+    listed = {n for group in named for n in re.findall(r"``(\w+)``", group)}
+    for name in NAMES:
+        changes = load(name).changes
+        if "correction" in changes or "compute()" in changes or "deferred" in changes:
+            assert name in listed or name == "deferred_reports", name
+    assert listed <= set(NAMES), listed - set(NAMES)
 
 
 def test_nan_checks_ddp_text_says_where_the_report_comes():
     """With coalesced_sync the records are summed over the ranks: the report comes on every rank
     (tests/patches/test_deferred_reports_ddp.py), not only on the one that saw the NaN."""
-    text = _bullet(_readme(), "``nan_check``")
-    assert "never synced" not in text
-    assert "rank that saw the NaN" in text and "``coalesced_sync``" in text and "on every rank" in text
+    for text in (_flat(_read("README.rst")), _flat(_read("docs", "results.rst"))):
+        bullet = _bullet(text, "``nan_check``")
+        assert "never synced" not in bullet
+        assert "rank that saw the NaN" in bullet and "``coalesced_sync``" in bullet and "on every rank" in bullet
 
 
 def test_bincounts_text_names_where_upstream_counts_an_invalid_class_silently():
     """Upstream does not always fail in update(): for these it counts the value in the wrong cells
     (tests/patches/bincount/test_invalid.py shows it on every release)."""
-    text = _bullet(_readme(), "``bincount``")
-    for name in ("MultilabelConfusionMatrix", "binned multilabel curves", "micro-averaged multiclass stat scores",
-                 "silently"):
-        assert name in text, name
+    for text in (_flat(_read("README.rst")), _flat(_read("docs", "results.rst"))):
+        bullet = _bullet(text, "``bincount``")
+        for name in ("MultilabelConfusionMatrix", "binned multilabel curves",
+                     "micro-averaged multiclass stat scores", "silently"):
+            assert name in bullet, name
 
 
 def test_the_deferred_reports_settle_points_and_their_cost_are_told():
-    text = _readme().split("Deferred checks: one read per ``compute()``", 1)[1].split("The whole library", 1)[0]
+    text = _flat(_read("docs", "guide", "deferred.rst"))
+    text = text.split("Deferred checks: one read per ``compute()``", 1)[1].split("Which patches defer what", 1)[0]
     for point in ("``reset()``", "``state_dict()``", "pickling", "``merge_state()``", "``sync()``", "one device read"):
         assert point in text, point
+
+
+def _user_text():
+    yield "README.rst", _read("README.rst")
+    for folder, _, files in os.walk(os.path.join(ROOT, "docs")):
+        for name in sorted(files):
+            if name.endswith(".rst"):
+                path = os.path.join(folder, name)
+                yield os.path.relpath(path, ROOT), _read(path)
+
+
+def test_user_text_names_no_issue_of_this_project_and_no_commit():
+    """Upstream references are links to torchmetrics (``torchmetrics#2745``); the CHANGELOG holds
+    this project's history."""
+    for path, text in _user_text():
+        bare = re.sub(r"torchmetrics#\d+|/issues/\d+", "", text)
+        assert not re.findall(r"#\d+", bare), path
+        assert not re.findall(r"\b[Ii]ssues? \d+", bare), path
+        assert not re.findall(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", bare), path

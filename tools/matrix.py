@@ -16,9 +16,12 @@ machine without a GPU) and tmpatch's other requirements (setup.cfg); tmpatch its
 the source tree, on ``PYTHONPATH``. Runs go 2 at a time (``-j``); the venvs are made
 while this torch's runs go. A run fails on any pytest exit status but 0 (5, "no tests
 collected", included). Tests marked ``once`` (nothing in them depends on the release) run
-with each torch's first release only; hypothesis comparisons run their full count of
-examples on the ANCHORS releases and a tenth on the others (``TMPATCH_TEST_EXAMPLES`` set
-beforehand wins). Hypothesis draws the same examples at every run and keeps no database
+with each torch's first release only. The ANCHORS releases run the whole suite with every
+hypothesis comparison's full count of examples; each other release runs the tests of the
+patches whose targets' code changes there (:func:`changed_patches`: a target's variant differs
+from the one of the release before it) and the tests of EVERY_RELEASE, with a tenth of the
+examples (``TMPATCH_TEST_EXAMPLES`` set beforehand wins; ``--full``: the whole suite everywhere).
+So each patch's tests run on every release where its code changed. Hypothesis draws the same examples at every run and keeps no database
 (tests/conftest.py), so a run's outcome depends on the code alone; ``--explore`` searches with
 fresh draws instead, each run keeping what it finds in its own database
 (``.hypothesis/<torch>-<release>``), which later ``--explore`` runs of that pair replay. Exits
@@ -37,7 +40,9 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from packaging.version import Version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CURRENT = "current"
@@ -62,6 +67,19 @@ PLAN: Dict[str, Tuple[str, ...]] = {
     "2.1.2": ("1.0.0",),  # winter 2023: the oldest torch supported (tmpatch.audit.support.MIN_TORCH)
 }
 
+#: tests a release outside ANCHORS runs whatever changed there: they cross every patch (apply and
+#: revert of the whole catalogue, deferred reports, kernel counts of the audit panel) or choose
+#: their own releases (the multi-process runs)
+EVERY_RELEASE: Tuple[str, ...] = (
+    "tests/control/test_api.py", "tests/control/test_adversarial.py", "tests/runtime/test_deferred.py",
+    "tests/test_kernel_counts.py", "tests/patches/test_deferred_reports.py", "tests/runtime/test_device_tensors.py",
+    "tests/distributed",
+)
+#: a patch's tests: ``tests/patches/test_<patch>*.py`` and ``tests/patches/<patch>/``, and these
+TESTS_OF: Dict[str, Tuple[str, ...]] = {
+    "compiled_update": ("tests/patches/test_compiled_families.py", "tests/patches/test_compiled_older_torch.py"),
+}
+
 #: with an older torch, the tests whose outcome can depend on torch: the audit, every patch
 #: (its hypothesis bit-identity comparisons and its sync tests), real process groups, the
 #: deferred reports and the pytest plugin's fixtures; not the import-hook, environment and
@@ -78,6 +96,58 @@ RUN_LIMIT = 2400.0
 
 #: torch releases built against numpy 1.x
 NUMPY_1 = re.compile(r"^2\.[0-2]\.")
+
+
+def _variants(patch: Any, release: Version) -> Tuple[Optional[int], ...]:
+    """Which variant of each of ``patch``'s targets ``release`` holds (None: none, or absent)."""
+    held = []
+    for target in patch.targets:
+        if target.present is not None and not target.present.contains(release, prereleases=True):
+            held.append(None)
+            continue
+        held.append(next((i for i, variant in enumerate(target.variants)
+                          if variant.releases.contains(release, prereleases=True)), None))
+    return tuple(held)
+
+
+def changed_patches(release: str, releases: Sequence[str]) -> List[str]:
+    """The patches of the catalogue whose targets' code differs between ``release`` and the release
+    of ``releases`` just before it (every patch for the oldest)."""
+    from tmpatch import patches as catalogue
+
+    ordered = sorted(set(releases) | {release}, key=Version)
+    index = ordered.index(release)
+    before = Version(ordered[index - 1]) if index else None
+    changed = []
+    for name in catalogue.NAMES:
+        patch = catalogue.load(name)
+        if before is None or _variants(patch, Version(release)) != _variants(patch, before):
+            changed.append(name)
+    return changed
+
+
+def patch_tests(names: Sequence[str]) -> List[str]:
+    """The test paths of the patches ``names`` (relative to the checkout)."""
+    folder = os.path.join(ROOT, "tests", "patches")
+    paths: List[str] = []
+    for name in names:
+        own = sorted(f"tests/patches/{entry}" for entry in os.listdir(folder)
+                     if (entry.startswith(f"test_{name}") and entry.endswith(".py"))
+                     or (entry == name and os.path.isdir(os.path.join(folder, entry))))
+        paths += [p for p in own + list(TESTS_OF.get(name, ())) if p not in paths]
+    return paths
+
+
+def selected_tests(release: str, releases: Sequence[str]) -> List[str]:
+    """What a release outside ANCHORS runs: EVERY_RELEASE and the tests of its changed patches."""
+    paths = list(EVERY_RELEASE)
+    return paths + [p for p in patch_tests(changed_patches(release, releases)) if p not in paths]
+
+
+def _names_paths(pytest_args: Sequence[str]) -> bool:
+    """Whether ``pytest_args`` name tests to run (a path, or a node id)."""
+    return any(not arg.startswith("-") and os.path.exists(os.path.join(ROOT, arg.split("::")[0]))
+               for arg in pytest_args)
 
 
 def install(release: str, folder: str) -> None:
@@ -177,6 +247,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--plan", action="store_true", help="every torch of PLAN with its releases (what CI runs)")
     parser.add_argument("--explore", action="store_true",
                         help="hypothesis searches with fresh draws, a database per run (not what CI runs)")
+    parser.add_argument("--full", action="store_true",
+                        help="the whole suite on every release (default: outside ANCHORS, what changed there)")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="runs at once (default 2)")
     parser.add_argument("--folder", default=os.path.join(ROOT, ".matrix"), help="where releases are installed")
     parser.add_argument("pytest_args", nargs="*", help="arguments for pytest (after --)")
@@ -211,8 +283,11 @@ def main(argv: List[str]) -> int:
             code, seconds, output = 1, 0.0, f"cannot make the venv for torch {torch_version}: {exc}"
         else:
             paths = list(TORCH_TESTS) if args.plan and torch_version != CURRENT else []
+            first = release == plan[torch_version][0]
+            if not (paths or first or args.full or release in ANCHORS or _names_paths(args.pytest_args)):
+                paths = selected_tests(release, RELEASES)
             code, seconds, output = run(python, release, args.folder, paths + list(args.pytest_args),
-                                        first=release == plan[torch_version][0],
+                                        first=first,
                                         explore=f"{label}-{release}" if args.explore else "")
         last = output.strip().splitlines()[-1] if output.strip() else "(no output)"
         with lock:

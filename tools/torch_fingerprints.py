@@ -1,7 +1,7 @@
 """Print the fingerprints of the torch code that patches rely on (``Patch.relies_on``), per torch release.
 
 Maintainers' tool: ``python tools/torch_fingerprints.py 2.1.2 2.8.0 ...`` reads the few source
-files it needs out of each release's Linux x86_64 CPython 3.11 wheel on PyPI with HTTP range
+files it needs out of each release's Linux x86_64 CPython 3.11 wheel on pip's package index with HTTP range
 requests (the zip's directory, then those files: a few MB, not the wheel), fingerprints each
 required function and marks the fingerprints a patch does not know yet with ``NEW``. Before a
 new fingerprint is added to a ``Requirement``, read the function's change: the repair must stand
@@ -14,6 +14,7 @@ import os
 import re
 import struct
 import sys
+import urllib.parse
 import urllib.request
 import zlib
 from typing import Any, Dict, List, Optional, Tuple
@@ -23,14 +24,29 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tmpatch import patches as catalogue  # noqa: E402
 from tmpatch.engine.fingerprint import source_fingerprint  # noqa: E402
 
-INDEX = "https://pypi.org/simple/torch/"
+def _index_url() -> str:
+    """torch's page on the package index pip is configured with (``PIP_INDEX_URL``, else pip's
+    configuration), PyPI where neither names one."""
+    url = os.environ.get("PIP_INDEX_URL", "")
+    if not url:
+        try:
+            import subprocess
+
+            url = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+                                 capture_output=True, text=True, timeout=60).stdout.strip()
+        except Exception:  # noqa: BLE001 - no pip configuration: the default index
+            url = ""
+    return (url or "https://pypi.org/simple").rstrip("/") + "/torch/"
+
+
+INDEX = _index_url()
 
 
 def _get(url: str, first: Optional[int] = None, last: Optional[int] = None, method: str = "GET") -> Tuple[bytes, Any]:
     request = urllib.request.Request(url, method=method)
     if first is not None:
         request.add_header("Range", f"bytes={first}-{last}")
-    with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 - PyPI only
+    with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 - the package index only
         return response.read(), response.headers  # case-insensitive names
 
 
@@ -38,7 +54,8 @@ def _wheel(index: str, version: str) -> Tuple[str, int]:
     for href in re.findall(r'href="([^"#]+)', index):
         name = href.rsplit("/", 1)[-1]
         if name.startswith(f"torch-{version}-cp311-cp311-") and "linux" in name and "x86_64" in name:
-            return href, int(_get(href, method="HEAD")[1]["Content-Length"])
+            url = urllib.parse.urljoin(INDEX, href)  # an index may give links relative to its page
+            return url, int(_get(url, method="HEAD")[1]["Content-Length"])
     raise SystemExit(f"no Linux x86_64 cp311 wheel of torch {version} on {INDEX}")
 
 

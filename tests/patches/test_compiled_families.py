@@ -56,7 +56,7 @@ def test_a_marked_update_compiles_in_one_graph(name):
     step = torch.compile(lambda args: metric.update(*args), backend="eager", fullgraph=True)
     step(batches[0])
     lists = any(isinstance(default, list) for default in metric._defaults.values())
-    with dynamo.config.patch(error_on_recompile=not lists):  # a list state's length is a guard (README)
+    with dynamo.config.patch(error_on_recompile=not lists):  # a list state's length is a guard (docs/guide/compile.rst)
         for batch in batches[1:]:
             step(batch)
     assert [reason.splitlines()[0][:200] for reason in counters["graph_break"]] == []

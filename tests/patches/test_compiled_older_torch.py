@@ -1,4 +1,4 @@
-"""Compiled updates on torch 2.1-2.4, below the compiled paths' floor (README: Inside
+"""Compiled updates on torch 2.1-2.4, below the compiled paths' floor (docs/guide/compile.rst: Inside
 torch.compile): dynamo there breaks in torchmetrics' own ``Metric.__setattr__``, so the
 break counts of test_compiled_update.py do not apply, but a patched compiled step must
 still run, recompile no more after its first step, and give the states of eager updates."""

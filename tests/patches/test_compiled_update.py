@@ -42,7 +42,7 @@ def _torch_at_least(major: int, minor: int) -> bool:
     return tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (major, minor)
 
 
-#: the compiled paths are made for torch 2.5+ (README, Inside torch.compile): on 2.1-2.4 dynamo
+#: the compiled paths are made for torch 2.5+ (docs/guide/compile.rst): on 2.1-2.4 dynamo
 #: breaks in torchmetrics' own Metric.__setattr__
 pytestmark = pytest.mark.skipif(not _torch_at_least(2, 5), reason="torch.compile support starts at torch 2.5")
 

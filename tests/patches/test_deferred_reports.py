@@ -211,7 +211,7 @@ def test_item2_apply_and_revert_in_threads_lose_no_report():
     for steps_seen in seen:
         # never lost, never twice at compute; the one known double: an update that another
         # thread's revert() caught half patched (its count recorded, then the release's own
-        # check raised): raised in update() and reported at compute (README, deferred reports).
+        # check raised): raised in update() and reported at compute (docs/guide/deferred.rst).
         # How often it happens depends on the machine's load and on how long apply()/revert()
         # take against an update (4 threads churning: 12 of 30 steps were seen on a loaded CI
         # machine, none on an idle one), so no bound below the step count holds; what must hold

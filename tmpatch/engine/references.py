@@ -173,10 +173,12 @@ class _Index:
     values held by a module of the scope are indexed: every plain function of the scope's
     modules, and in other modules those same functions alone (a C-level test skips a module
     that holds none). A function looked for that no module of the scope held when indexed is
-    looked for through ``sys.modules`` directly."""
+    looked for in a second index of every plain function of every module, made once per batch
+    when first needed."""
 
     def __init__(self, resumable: bool = False) -> None:
-        self._scopes: Dict[Tuple[str, bool], _Scan] = {}
+        #: (scope, plain) -> its scan; (scope, None): every plain function of every module
+        self._scopes: Dict[Tuple[str, Optional[bool]], _Scan] = {}
         #: kept for later batches of an import under way: modules still importing are looked at
         #: again once they have grown or finished
         self.resumable = resumable
@@ -258,6 +260,23 @@ class _Index:
             scan = self._scopes[(scope, plain)] = _Scan()
             if plain:
                 scan.interest = set()
+        self._refresh(scan, scope, plain)
+        seen: Set[Tuple[int, str, Any]] = set()
+        unknown = {}
+        if scan.interest is not None:
+            unknown = {key: obj for key, obj in old.items() if key not in scan.interest}
+            old = {key: obj for key, obj in old.items() if key in scan.interest}
+        yield from self._held(scan.places, old, seen)
+        if unknown:
+            # held by no module of the scope when indexed (a replacement tmpatch made earlier, say):
+            # one look at every plain function of every module, shared by the batch's later lookups
+            every = self._scopes.get((scope, None))
+            if every is None:
+                every = self._scopes[(scope, None)] = _Scan()
+            self._refresh(every, scope, True)
+            yield from self._held(every.places, unknown, seen)
+
+    def _refresh(self, scan: _Scan, scope: str, plain: bool) -> None:
         collecting = gc.isenabled()
         gc.disable()  # thousands of small tuples: the collector would triple the cost
         try:
@@ -265,13 +284,11 @@ class _Index:
         finally:
             if collecting:
                 gc.enable()
-        seen = set()
-        places = scan.places
-        unknown = {}
+
+    @staticmethod
+    def _held(places: Dict[int, Any], old: Dict[int, Any], seen: Set[Tuple[int, str, Any]]) -> Iterator[Place]:
+        """The places of ``places`` that hold one of ``old`` now, each once (``seen``)."""
         for key, obj in old.items():
-            if scan.interest is not None and key not in scan.interest:
-                unknown[key] = obj  # held by no module of the scope when indexed: look directly
-                continue
             found = places.get(key)
             if found is None:
                 continue
@@ -285,12 +302,6 @@ class _Index:
                 except Exception:  # noqa: BLE001 - the holder changed since it was indexed
                     continue
                 if current is obj:
-                    seen.add(mark)
-                    yield place
-        if unknown:
-            for place in find_references(unknown, scope):
-                mark = (id(place.holder), place.kind, place.slot)
-                if mark not in seen:
                     seen.add(mark)
                     yield place
 

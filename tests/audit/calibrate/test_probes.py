@@ -76,6 +76,6 @@ def test_pinned_copies_say_so():
 
 @pytest.mark.skipif(probes.LIST_INDEX_SIMULATED, reason="this torch simulates a list index")
 def test_a_list_index_stops_the_simulation_on_an_older_cuda_build():
-    """Left out of the table there (README, limits): torch makes the index on the device itself."""
+    """Left out of the table there (docs/guide/install.rst, limits): torch makes the index on the device itself."""
     with pytest.raises(RuntimeError):
         audit(probe_fns.list_index, probe_fns.vector(), real=False)

@@ -1,6 +1,6 @@
 """The audit's graph-break report (tmpatch/audit/oracle/breaks.py): break sites, calls left out of
 the graph, recompiles and crashes of a compiled call, on the panel and the command line.
-torch 2.5+ (the compiled paths' floor, README: Inside torch.compile)."""
+torch 2.5+ (the compiled paths' floor, docs/guide/compile.rst)."""
 from __future__ import annotations
 
 import json

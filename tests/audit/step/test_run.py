@@ -206,14 +206,14 @@ def test_an_op_the_simulation_cannot_size_stops_the_run_and_says_where(capsys):
 
 def test_the_readme_example(capsys):
     """examples/step_example.py: the two syncs of the user's own code stay, the metrics' go; on 1.9.0 the
-    output is the README's."""
+    output is the manual's (docs/guide/audit.rst)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
     runs = audit_step(load(os.path.join(root, "examples", "step_example.py") + ":make_step"))
     patched = runs["patched"]
     assert patched.count == 2 and runs["unpatched"].count > 2
     assert [s.function for s in patched.seen] == ["log_value", "step"]
     if release_in("==1.9.0"):
-        with open(os.path.join(root, "README.rst")) as readme:
+        with open(os.path.join(root, "docs", "guide", "audit.rst")) as readme:
             text = readme.read()
         block = text.split("\n    sync points per step, unpatched -> patched: ")[1].split("\n")
         expected = ["sync points per step, unpatched -> patched: " + block[0]]

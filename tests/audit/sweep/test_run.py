@@ -1,6 +1,6 @@
 """The library sweep (``tmpatch audit --all``) on the release under test: no class that is
 sync-free unpatched syncs patched, no fewer classes are sync-free patched and no more keep a
-sync that is not inherent than recorded in ``sweep_expected.json``, and the README's counts
+sync that is not inherent than recorded in ``sweep_expected.json``, and the manual's counts (docs/results.rst)
 for 1.4.0 and 1.9.0 are the sweep's. The figures are recorded with one torch (the matrix's
 newest); with another, only the first check runs. The sweep runs once per module (fixture).
 Regenerate the figures with ``run_sweep().totals()`` and ``not_inherent()`` per release."""
@@ -37,7 +37,7 @@ def recorded() -> Dict[str, object]:
 
 
 def same_torch() -> bool:
-    """Whether this torch is the one the figures (and the README's counts) were recorded with:
+    """Whether this torch is the one the figures (and the manual's counts) were recorded with:
     an older torch's simulation may see other ops, so there only no-regression is checked."""
     import torch
 
@@ -50,9 +50,9 @@ def expected(release: str) -> Optional[Dict[str, int]]:
 
 
 def readme_counts() -> Dict[str, Dict[str, object]]:
-    """The counts the README states, per release: ``* torchmetrics R: A classes audited; sync-free U
+    """The counts the manual states (docs/results.rst), per release: ``* torchmetrics R: A classes audited; sync-free U
     unpatched -> P patched; N not inherent: names.`` (a bullet may wrap)."""
-    with open(os.path.join(ROOT, "README.rst"), encoding="utf-8") as handle:
+    with open(os.path.join(ROOT, "docs", "results.rst"), encoding="utf-8") as handle:
         text = handle.read()
     found: Dict[str, Dict[str, object]] = {}
     for bullet in re.split(r"\n(?=\* |\n)", text):
@@ -95,9 +95,9 @@ def test_every_release_has_figures(sweep):
 
 def test_readme_counts(sweep):
     if sweep.release not in README_RELEASES or not same_torch():
-        pytest.skip(f"the README states the counts of 1.4.0 and 1.9.0 with torch {recorded()['torch']}")
+        pytest.skip(f"docs/results.rst states the counts of 1.4.0 and 1.9.0 with torch {recorded()['torch']}")
     stated = readme_counts().get(sweep.release)
-    assert stated is not None, f"README.rst has no counts line for {sweep.release}"
+    assert stated is not None, f"docs/results.rst has no counts line for {sweep.release}"
     totals = sweep.totals()
     assert stated == {"audited": totals["audited"], "sync_free_unpatched": totals["sync_free_unpatched"],
                       "sync_free_patched": totals["sync_free_patched"],

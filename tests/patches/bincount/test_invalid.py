@@ -284,7 +284,7 @@ SILENT_UPSTREAM = {
 
 @pytest.mark.parametrize("name", sorted(SILENT_UPSTREAM))
 def test_where_upstream_counts_an_invalid_target_silently_the_report_is_a_correction(name):
-    """README (bincount): the release does not always fail in update(); for these it returns a
+    """docs/results.rst (bincount): the release does not always fail in update(); for these it returns a
     value that counted the invalid target. Patched, the report comes at compute() as elsewhere."""
     build, preds, target = SILENT_UPSTREAM[name]
     metric = build()
