@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 
 from packaging.version import Version
 
@@ -63,6 +64,13 @@ def test_venv_requirements_come_from_setup_cfg():
         assert {"pytest", "hypothesis", "packaging", "lightning-utilities"} <= set(reqs)
 
 
+def test_releases_before_1_0_get_pkg_resources_beside_them():
+    """0.10/0.11 import ``pkg_resources``, which setuptools 81+ no longer has."""
+    matrix = _matrix_module()
+    assert matrix.extras("0.11.4") == matrix.extras("0.10.1") == [matrix.PKG_RESOURCES]
+    assert matrix.extras("1.0.0") == matrix.extras("1.9.0") == []
+
+
 def test_no_tests_collected_is_a_failure(monkeypatch, capsys):
     matrix = _matrix_module()
     monkeypatch.setattr(matrix, "install", lambda release, folder: None)
@@ -113,6 +121,31 @@ def test_explore_gives_each_run_fresh_draws_and_its_own_database(monkeypatch):
     assert seen["TMPATCH_HYPOTHESIS"] == "explore"
     assert seen["TMPATCH_HYPOTHESIS_DB"] == os.path.join(ROOT, ".hypothesis", "2.13.0-1.9.0")
 
+
+def test_a_venv_is_made_once_by_concurrent_callers(monkeypatch, tmp_path):
+    """``.venvs`` is shared by checkouts: a second caller waits for the first (a lock beside the
+    venv) instead of clearing the venv it is filling, and finds it made."""
+    import threading
+
+    matrix = _matrix_module()
+    python = str(tmp_path / "venvs" / "torch-9.9.9" / "bin" / "python")
+    monkeypatch.setattr(matrix, "venv_python", lambda version: python)
+    fills = []
+
+    def fill(version, interpreter, done):
+        fills.append(version)
+        time.sleep(0.5)
+        os.makedirs(os.path.dirname(done), exist_ok=True)
+        open(done, "w").close()
+
+    monkeypatch.setattr(matrix, "_fill_venv", fill)
+    found = []
+    threads = [threading.Thread(target=lambda: found.append(matrix.make_venv("9.9.9"))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert fills == ["9.9.9"] and found == [python] * 3
 
 def test_every_release_outside_the_anchors_changes_a_patch_and_runs_its_tests():
     """A release runs the tests of the patches whose code changes there: each release of the matrix

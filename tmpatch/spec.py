@@ -202,6 +202,17 @@ class Target:
 
 
 @dataclass(frozen=True)
+class Decline:
+    """Releases inside a patch's ``known`` range that it leaves alone on purpose, and why
+    (``reason``: the words of its ``status()`` row). ``needed``: the defect is there (the row
+    is *unsupported*, a problem); False: these releases do not have it (*not-needed*)."""
+
+    releases: SpecifierSet
+    reason: str
+    needed: bool = True
+
+
+@dataclass(frozen=True)
 class Requirement:
     """Code outside the release that a repair relies on (torch's own, say): the function
     ``module.qualname`` must have one of ``fingerprints``, else the patch is left alone as
@@ -259,6 +270,7 @@ class Patch:
     fingerprint decides. ``summary``: the defect, one line; ``upstream``: the
     upstream issue or fix; ``changes``: what a user sees change besides fewer
     syncs (reports moved, deliberate corrections), one line or empty.
+    ``declines``: releases inside ``known`` that it leaves alone, with the reason.
     ``labels``: how the audit explains the syncs this patch removes (and the
     ones it leaves). ``requires``: patches this one needs to do its whole job
     (applied with it unless excluded).
@@ -274,6 +286,8 @@ class Patch:
     requires: Tuple[str, ...] = field(default=())
     #: code outside the release the repair relies on, recognised by fingerprint like the targets
     relies_on: Tuple[Requirement, ...] = field(default=())
+    #: releases inside ``known`` left alone on purpose (checked before any code is looked at)
+    declines: Tuple[Decline, ...] = field(default=())
     #: called after the patch is applied / reverted (host-side bookkeeping, nothing wrapped)
     after_apply: Optional[Callable[[], None]] = None
     after_revert: Optional[Callable[[], None]] = None

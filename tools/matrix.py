@@ -48,15 +48,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CURRENT = "current"
 
 #: every release where a target's code changed (tools/fingerprints.py shows them), and the ones the
-#: core issues name
+#: core issues name. The first runs the ``once`` tests (packaging and start-up among them): 1.0.0. Then
+#: 0.10.x-0.11.x, a release of each group of the same code: 0.10.1 (0.10.0-0.10.1), 0.10.3 (0.10.2-0.10.3),
+#: 0.11.1 (0.11.0-0.11.1, and the stat-scores update of 0.11.0-0.11.2), 0.11.3, 0.11.4 (the common pin)
 RELEASES = (
-    "1.0.0", "1.0.1", "1.0.2", "1.0.3", "1.1.2", "1.2.1", "1.3.2", "1.4.0", "1.4.1",
+    "1.0.0", "0.10.1", "0.10.3", "0.11.1", "0.11.3", "0.11.4",
+    "1.0.1", "1.0.2", "1.0.3", "1.1.2", "1.2.1", "1.3.2", "1.4.0", "1.4.1",
     "1.5.2", "1.6.0", "1.6.1", "1.6.2", "1.7.0", "1.7.2", "1.7.4", "1.8.0", "1.8.2", "1.9.0",
 )
 
 #: the releases the core issues name: every hypothesis comparison runs its full count of examples
 #: there; the releases between them run a tenth (``TMPATCH_TEST_EXAMPLES``; at least 3), every test still runs
-ANCHORS = ("1.0.0", "1.0.3", "1.4.0", "1.6.1", "1.9.0")
+ANCHORS = ("0.11.4", "1.0.0", "1.0.3", "1.4.0", "1.6.1", "1.9.0")
 BETWEEN = "0.1"
 
 #: what CI runs: the newest torch (this interpreter's: 2.13.0, a CPU-only build) with every
@@ -64,7 +67,12 @@ BETWEEN = "0.1"
 PLAN: Dict[str, Tuple[str, ...]] = {
     CURRENT: RELEASES,
     "2.5.1": ("1.6.1", "1.5.2"),  # autumn 2024; 1.6.1 + 2.5.1: the best-known report of metric syncs
-    "2.1.2": ("1.0.0",),  # winter 2023: the oldest torch supported (tmpatch.audit.support.MIN_TORCH)
+    # winter 2023: the oldest torch the audit supports (tmpatch.audit.support.MIN_TORCH); 0.11.4: the pin of
+    # Lightning 1.9/2.0 projects, the last release before the 1.0 API change
+    "2.1.2": ("1.0.0", "0.11.4"),
+    # spring 2023, below the audit's floor: the patches with 0.11.4, the pin of its time (the audit's tests
+    # are not collected there, and a test that reaches the audit is skipped with its message)
+    "2.0.1": ("0.11.4",),
 }
 
 #: tests a release outside ANCHORS runs whatever changed there: they cross every patch (apply and
@@ -97,6 +105,15 @@ RUN_LIMIT = 2400.0
 #: torch releases built against numpy 1.x
 NUMPY_1 = re.compile(r"^2\.[0-2]\.")
 
+
+#: releases before 1.0 import ``pkg_resources`` (setuptools), gone from setuptools 81: they get
+#: the setuptools that Python 3.11's venvs are made with, in their own folder
+PKG_RESOURCES = "setuptools<66"
+
+
+def extras(release: str) -> List[str]:
+    """What ``release`` imports beyond the venv's packages, installed beside it."""
+    return [PKG_RESOURCES] if Version(release) < Version("1.0") else []
 
 def _variants(patch: Any, release: Version) -> Tuple[Optional[int], ...]:
     """Which variant of each of ``patch``'s targets ``release`` holds (None: none, or absent)."""
@@ -151,13 +168,16 @@ def _names_paths(pytest_args: Sequence[str]) -> bool:
 
 
 def install(release: str, folder: str) -> None:
-    """torchmetrics ``release`` into ``folder/release`` (once)."""
+    """torchmetrics ``release`` (and its :func:`extras`) into ``folder/release`` (once)."""
     target = os.path.join(folder, release)
-    if os.path.exists(os.path.join(target, "torchmetrics", "__init__.py")):
+    marks = [os.path.join(target, "torchmetrics", "__init__.py")]
+    if extras(release):
+        marks.append(os.path.join(target, "pkg_resources", "__init__.py"))
+    if all(os.path.exists(mark) for mark in marks):
         return
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
-         "--target", target, f"torchmetrics=={release}"],
+         "--target", target, "--upgrade", f"torchmetrics=={release}", *extras(release)],
         check=True,
     )
 
@@ -182,11 +202,25 @@ def venv_python(torch_version: str) -> str:
 
 
 def make_venv(torch_version: str) -> str:
-    """The venv for ``torch_version``, made (once) if missing; returns its interpreter."""
+    """The venv for ``torch_version``, made (once) if missing; returns its interpreter. ``.venvs``
+    may be shared by several checkouts: the making holds a lock beside the venv, so that a second
+    caller waits for the first instead of clearing the venv it is filling."""
+    import fcntl
+
     python = venv_python(torch_version)
-    done = os.path.join(os.path.dirname(os.path.dirname(python)), ".tmpatch-ready")
+    folder = os.path.dirname(os.path.dirname(python))
+    done = os.path.join(folder, ".tmpatch-ready")
     if os.path.exists(done):
         return python
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    with open(folder + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(done):  # made by another caller while this one waited
+            _fill_venv(torch_version, python, done)
+    return python
+
+
+def _fill_venv(torch_version: str, python: str, done: str) -> None:
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", "--clear", os.path.dirname(os.path.dirname(python))], check=True)
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
@@ -195,7 +229,6 @@ def make_venv(torch_version: str) -> str:
     open(done, "w").close()
     sys.stdout.write(f"torch {torch_version}: venv made in {time.monotonic() - start:.0f}s\n")
     sys.stdout.flush()
-    return python
 
 
 def run(python: str, release: str, folder: str, pytest_args: Sequence[str],

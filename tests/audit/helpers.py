@@ -25,6 +25,12 @@ def release_in(spec: str) -> bool:
     return Version(torchmetrics.__version__) in SpecifierSet(spec, prereleases=True)
 
 
+def counts_with_bincount() -> bool:
+    """Whether the release's ``_bincount`` calls ``torch.bincount`` (a read on CUDA): from 0.10.2;
+    0.10.0-0.10.1 count with ``index_add_``, no read."""
+    return release_in(">=0.10.2")
+
+
 def once_per_torch() -> bool:
     """Whether a test that depends on torch but not on torchmetrics runs here: in a direct
     pytest run, or in the first run of each torch of ``tools/matrix.py`` (it sets

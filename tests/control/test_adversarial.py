@@ -32,7 +32,7 @@ import tmpatch
 from tmpatch.control import api, gating
 from tmpatch import patches as catalogue
 from tmpatch.engine.fingerprint import fingerprint
-from tmpatch.engine.references import resolve
+from tmpatch.engine.references import PatchError, resolve
 from tests.conftest import release_in, run_python, torch_at_least
 
 import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
@@ -48,7 +48,11 @@ def _installed(name: str) -> List[Tuple[str, str]]:
     for target in gating.here(catalogue.load(name), catalogue.release()):
         if target.module not in sys.modules:
             continue
-        variant = target.variant_for(fingerprint(tmpatch.get_original(resolve(target.module, target.qualname)[2])))
+        try:
+            value = resolve(target.module, target.qualname)[2]
+        except PatchError:  # the release lacks it (0.10-0.11: a patch not needed there)
+            continue
+        variant = target.variant_for(fingerprint(tmpatch.get_original(value)))
         if variant is not None and not variant.fixed:
             keys.append((target.module, target.qualname))
     return keys
@@ -197,7 +201,7 @@ def test_a_binding_that_refuses_the_original_is_named_and_the_rest_go_back():
         assert "tmpatch_probe_refusing._bincount refused the original (AttributeError: read-only module)" in \
             report["bincount"].reason, report["bincount"].reason
         assert data._bincount is original and not tmpatch.is_patched(holder._bincount)
-        assert holder._bincount(__import__("torch").tensor([0, 2])).tolist() == [1, 0, 1]  # it passes through
+        assert holder._bincount(__import__("torch").tensor([0, 2]), minlength=3).tolist() == [1, 0, 1]  # it passes through
     finally:
         _Refusing.refuse = False
         del sys.modules[holder.__name__]

@@ -67,18 +67,63 @@ def test_status_has_a_row_per_patch_and_prints_as_a_table():
 def test_states_follow_the_release():
     states = tmpatch.apply().states()
     assert states["safe_divide"] == ("not-needed" if SAFE_DIVIDE_FIXED else "applied")
-    assert states["cumsum_device"] == ("applied" if release_in("<1.4.1") else "not-needed")
+    assert states["cumsum_device"] == ("applied" if release_in(">=1.0.0,<1.4.1") else "not-needed")
     assert states["mean_default_weight"] == "applied"
     assert states["gather_autograd"] == ("not-needed" if GATHER_FIXED else "applied")
 
 
+#: 0.10.x and 0.11.x: what each patch does there (the rest are applied)
+NOT_NEEDED_0X = {"cumsum_device", "fairness_groups", "vif_masks", "dice_weights", "panoptic_preprocess",
+                 "panoptic_matching", "edge_distances", "pearson_update", "segmentation_format"}
+NOT_NEEDED_0_10 = {"nominal_bincount"}
+UNSUPPORTED_0_10 = {"legacy_dice_checks"}
+
+
+@pytest.mark.skipif(release_in(">=1.0.0"), reason="0.10-0.11 only")
+def test_0x_rows_say_what_each_patch_does_there(caplog):
+    """On 0.10/0.11 every patch is applied, or not-needed / unsupported with a reason of its own
+    (no generic "written for ..." and no patch left pending for a module the release lacks); a
+    patch left alone on purpose is no warning at every start-up."""
+    old = release_in("<0.11.0")
+    with caplog.at_level("INFO", logger="tmpatch"):
+        report = tmpatch.apply()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+    for row in report:
+        if row.name in NOT_NEEDED_0X or (old and row.name in NOT_NEEDED_0_10):
+            assert row.state == "not-needed" and row.reason.startswith("nothing to repair"), row
+        elif old and row.name in UNSUPPORTED_0_10:
+            assert row.state == "unsupported" and "left alone" in row.reason, row
+        else:
+            assert row.state == "applied", row
+        assert "written for" not in row.reason and row.state != "pending", row
+
+
+@pytest.mark.skipif(release_in(">=1.0.0"), reason="0.10-0.11 only")
+def test_0x_apply_before_import_arms_only_what_can_apply():
+    """Before ``import torchmetrics`` the release is read from its metadata: a patch whose targets
+    the release lacks is settled at once, not left waiting for a module that never comes."""
+    proc = run_python("""
+        import tmpatch
+        rows = tmpatch.apply().states()
+        print(rows["fairness_groups"], rows["pearson_update"], rows["nan_check"])
+        import torchmetrics
+        print(tmpatch.status().states()["nan_check"])
+    """)
+    assert proc.stdout.split() == ["not-needed", "not-needed", "pending", "applied"]
+
+
 def _targets_here():
     """(target, the object it names) for every target of the catalogue that this release has; the
-    targets it lacks are checked to be absent (or shared)."""
+    targets it lacks are checked to be absent (or shared). Patches that decline the release
+    (``Patch.declines``) claim nothing of its code."""
     from packaging.version import Version
+
+    from tmpatch.control import gating
 
     version = Version(torchmetrics.__version__)
     for name in catalogue.NAMES:
+        if gating.settled(catalogue.load(name), torchmetrics.__version__) is not None:
+            continue
         for target in catalogue.load(name).targets:
             if target.present is not None and not target.present.contains(version, prereleases=True):
                 owner = sys.modules.get(target.module)  # absent: the module, a class, or the attribute itself
@@ -196,10 +241,10 @@ def test_a_target_wrapped_by_another_tool_first_is_left_alone(monkeypatch):
 
 
 def test_releases_outside_the_known_range_are_unsupported(monkeypatch):
-    monkeypatch.setattr(torchmetrics, "__version__", "0.11.4")
+    monkeypatch.setattr(torchmetrics, "__version__", "0.9.3")
     report = tmpatch.apply()
     assert set(report.states().values()) == {"unsupported"}
-    assert "0.11.4" in report["safe_divide"].reason
+    assert "0.9.3" in report["safe_divide"].reason
 
 
 def test_a_failing_patch_leaves_the_original_and_says_why(monkeypatch):
@@ -226,7 +271,7 @@ APPLY_THEN_IMPORT = r"""
 import sys, os
 import tmpatch
 report = tmpatch.apply()
-assert set(report.states().values()) <= {"pending", "not-needed"}, report  # not-needed: no target here
+assert set(report.states().values()) <= {"pending", "not-needed"} | SETTLED, report  # not-needed: no target here
 assert "torch" not in sys.modules and "torchmetrics" not in sys.modules
 import torchmetrics
 from torchmetrics.utilities import compute
@@ -257,7 +302,9 @@ print("ok", len(holders) if states["safe_divide"] == "applied" else 0)
 
 def test_apply_before_import_arms_hooks_imports_nothing_and_reaches_lazy_modules():
     lazy = [m for m in modules_binding("_safe_divide") if m not in sys.modules and ".segmentation" in m]
-    proc = run_python(f"LAZY = {lazy!r}\nLAZY_PATCHES = {set(lazily_imported_patches())!r}\n" + APPLY_THEN_IMPORT)
+    settled = {"unsupported"} if release_in("<0.11.0") else set()  # a patch 0.10 declines (legacy_dice_checks)
+    proc = run_python(f"LAZY = {lazy!r}\nLAZY_PATCHES = {set(lazily_imported_patches())!r}\nSETTLED = {settled!r}\n"
+                      + APPLY_THEN_IMPORT)
     assert proc.stdout.startswith("ok")
 
 

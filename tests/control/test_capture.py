@@ -75,7 +75,7 @@ def test_a_captured_collection_replays_keeps_its_addresses_and_falls_back_on_a_n
         update(*batches[5])  # another shape: the eager update, no compile
         eager.update(*batches[5])
     assert (update.replays, update.fallbacks) == (5, 1) and not counters["graph_break"]
-    assert [m.update_count for m in collection._modules.values()] == [6, 6, 6]
+    assert [m._update_count for m in collection._modules.values()] == [6, 6, 6]
     got, want = collection.compute(), eager.compute()
     for key in want:
         assert_bitwise(got[key], want[key])
@@ -97,7 +97,7 @@ def test_a_replaced_state_is_copied_back_into_its_tensor():
         eager.update(value)
         assert getattr(metric, name) is state
     assert_bitwise(metric.compute(), eager.compute())
-    assert metric.update_count == 4
+    assert metric._update_count == 4
 
 
 def test_grad_carrying_inputs_are_detached():
@@ -170,4 +170,4 @@ def test_states_and_counter_are_static_inputs_and_captures_keep_apart():
     for metric in metrics:
         tensors = [getattr(metric, key) for key in metric._defaults] + [tally_of(metric).counter]
         assert all(getattr(t, "_dynamo_static_input_type", None) for t in tensors)
-        assert metric.update_count == 2
+        assert metric._update_count == 2

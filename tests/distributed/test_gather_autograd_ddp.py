@@ -87,7 +87,7 @@ def _ddp_releases() -> Tuple[str, ...]:
 
 
 RELEASE = str(torchmetrics_release())
-DEFECTIVE = release_in(">=1.0.0,<1.6.0")
+DEFECTIVE = release_in(">=0.10.0,<1.6.0")
 pytestmark = pytest.mark.skipif(
     RELEASE not in _ddp_releases(),
     reason=f"multi-process runs are made on torchmetrics {', '.join(_ddp_releases())} only "

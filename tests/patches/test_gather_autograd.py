@@ -27,7 +27,7 @@ def _release_in(spec: str) -> bool:
     return Version(torchmetrics.__version__) in SpecifierSet(spec, prereleases=True)
 
 
-DEFECTIVE = _release_in(">=1.0.0,<1.6.0")
+DEFECTIVE = _release_in(">=0.10.0,<1.6.0")
 
 
 class _Handle:

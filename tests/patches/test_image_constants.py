@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import types
 import warnings
 
 import pytest
@@ -16,6 +17,8 @@ from torchmetrics import image as I
 IMG = "torchmetrics.functional.image"
 PAD_MODULE = f"{IMG}.utils" if release_in(">=1.3.2") else f"{IMG}.helper"
 HAS_VIF, HAS_SCC = release_in(">=1.1.0"), release_in(">=1.3.0")
+#: PSNRB, RASE and RMSE-SW came in 1.0.0; 0.10-0.11's ``_single_dimension_pad`` makes its ranges on the device
+HAS_1_0 = release_in(">=1.0.0")
 
 
 @pytest.fixture(autouse=True)
@@ -50,16 +53,19 @@ CASES = {
     "PSNR": (lambda: I.PeakSignalNoiseRatio(data_range=1.0), lambda: _images(2, 3, 8, 8), True),
     "PSNR(dim)": (lambda: I.PeakSignalNoiseRatio(data_range=1.0, dim=(1, 2), reduction="sum"),
                   lambda: _images(2, 3, 8, 8), True),
-    "PSNRB": (_psnrb, lambda: _images(2, 1, 20, 18), True),
     "MS-SSIM": (lambda: I.MultiScaleStructuralSimilarityIndexMeasure(data_range=1.0, kernel_size=3,
                                                                       gaussian_kernel=False),
                 lambda: _images(1, 1, 96, 96), True),
     "SSIM(uniform)": (lambda: I.StructuralSimilarityIndexMeasure(data_range=1.0, gaussian_kernel=False,
                                                                  kernel_size=5), lambda: _images(1, 2, 12, 12), True),
     "SSIM(data_range=None)": (I.StructuralSimilarityIndexMeasure, lambda: _images(1, 2, 12, 12), True),
-    "RMSE-SW": (I.RootMeanSquaredErrorUsingSlidingWindow, lambda: _images(1, 2, 12, 12), True),
-    "RASE": (I.RelativeAverageSpectralError, lambda: _images(1, 2, 12, 12), True),
 }
+if not HAS_1_0:  # 0.10-0.11 keep the target's range with Python's min/max of device values
+    CASES["PSNR(data_range=None)"] = (lambda: I.PeakSignalNoiseRatio(), lambda: _images(2, 3, 8, 8), True)
+if HAS_1_0:
+    CASES["PSNRB"] = (_psnrb, lambda: _images(2, 1, 20, 18), True)
+    CASES["RMSE-SW"] = (I.RootMeanSquaredErrorUsingSlidingWindow, lambda: _images(1, 2, 12, 12), True)
+    CASES["RASE"] = (I.RelativeAverageSpectralError, lambda: _images(1, 2, 12, 12), True)
 if HAS_SCC:
     CASES["SCC"] = (I.SpatialCorrelationCoefficient, lambda: _images(1, 2, 12, 12), True)
 if HAS_VIF:
@@ -159,7 +165,8 @@ DTYPES = [torch.float32, torch.float64, torch.float16]
 @st.composite
 def _calls(draw):
     """``(function, args, kwargs)`` for one of the edited functions."""
-    kind = draw(st.sampled_from(["psnr", "psnrb", "bef", "psnrb_compute", "pad", "rase", "ms_ssim", "ssim"]
+    kind = draw(st.sampled_from(["psnr", "ms_ssim", "ssim"]
+                                + (["psnrb", "bef", "psnrb_compute", "pad", "rase"] if HAS_1_0 else [])
                                 + (["vif"] if HAS_VIF else []) + (["scc"] if HAS_SCC else [])))
     dtype = draw(st.sampled_from(DTYPES))
     if kind == "psnr":
@@ -241,14 +248,14 @@ def test_functions_return_the_releases_tensors_bit_for_bit(calls):
     edited functions call no other function this patch changes, but for PSNRB's update, which
     calls ``_compute_bef``: its reference is taken with the release's ``_compute_bef``)."""
     _apply()
-    psnrb = importlib.import_module(f"{IMG}.psnrb")
+    psnrb = importlib.import_module(f"{IMG}.psnrb") if HAS_1_0 else types.SimpleNamespace(_compute_bef=None)
     for (where, args, kwargs), cpu_fast in calls:
         cpu_shortcuts(cpu_fast)
         function = _fn(*where)
         original = tmpatch.get_original(function)
         assert function is not original or (where[1] == "_psnrb_compute" and release_in(">=1.8.0"))
         edited_bef = psnrb._compute_bef
-        psnrb._compute_bef = tmpatch.get_original(edited_bef)  # the release's, for the reference
+        psnrb._compute_bef = tmpatch.get_original(edited_bef) if HAS_1_0 else None  # the release's, for the reference
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -331,4 +338,27 @@ def test_ssim_default_data_range_is_the_releases_choice(scale):
     want = _flat(tmpatch.get_original(function)(preds, target))
     got = _flat(function(preds, target))
     for a, b in zip(got, want):
+        assert_bitwise(a, b)
+
+
+@pytest.mark.skipif(HAS_1_0, reason="0.10-0.11: PSNR's range kept with Python's min/max")
+def test_psnr_range_is_the_releases_choice_nan_included():
+    """``min(target.min(), state)`` is ``state if state < target.min() else target.min()``: a NaN on
+    either side picks the same tensor value as the release's comparison (torch.minimum would not)."""
+    nan = float("nan")
+    batches = [torch.tensor([[0.2, 0.5]]), torch.tensor([[nan, 0.1]]), torch.tensor([[0.7, 0.9]]),
+               torch.tensor([[-1.0, 3.0]])]
+
+    def run():
+        metric = I.PeakSignalNoiseRatio()
+        out = []
+        for batch in batches:
+            metric.update(batch * 0.5, batch)
+            out += [metric.min_target.clone(), metric.max_target.clone()]
+        return out
+
+    want = run()
+    _apply()
+    cpu_shortcuts(False)  # the device path, on real values
+    for a, b in zip(run(), want):
         assert_bitwise(a, b)

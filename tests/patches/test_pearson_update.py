@@ -13,8 +13,8 @@ from tests.conftest import examples, assert_bitwise, release_in
 from torchmetrics.functional.regression import pearson_corrcoef
 from torchmetrics.regression import ConcordanceCorrCoef, PearsonCorrCoef
 
-NEEDED = release_in("<1.7.4")
-needed = pytest.mark.skipif(not NEEDED, reason="fixed upstream in 1.7.4")
+NEEDED = release_in(">=1.0.0,<1.7.4")  # 0.10-0.11: no branch on the counts, no read
+needed = pytest.mark.skipif(not NEEDED, reason="fixed upstream in 1.7.4; 0.10-0.11 never read")
 CLASSES = {"pearson": PearsonCorrCoef, "concordance": ConcordanceCorrCoef}
 STATES = ("mean_x", "mean_y", "var_x", "var_y", "corr_xy", "n_total")
 
@@ -62,6 +62,14 @@ def test_the_condition_is_never_read_across_construction_moves_and_resets(output
         # moved to the CPU and back by Module.to: zeros stay zeros
         metric = cls(num_outputs=outputs).to(torch.float64).to(torch.float32)
         assert _reads_per_update(metric, batches, {2: lambda m: m.reset()}) == [0] * 5
+
+
+@pytest.mark.skipif(release_in(">=1.0.0"), reason="0.10-0.11 only")
+def test_0x_updates_read_nothing_so_the_patch_is_not_needed():
+    batches = [(torch.rand(6), torch.rand(6)) for _ in range(3)]
+    for cls in CLASSES.values():
+        assert _reads_per_update(cls(), batches) == [0] * 3
+    _apply()  # not-needed, with the reason
 
 
 @needed

@@ -68,7 +68,7 @@ def test_patched_results_are_bitwise_the_releases(pair, zero_division):
     assert_bitwise(denom, before)  # the caller's denominator is never written into
 
 
-@pytest.mark.skipif(HAS_ZERO_DIVISION, reason="1.0-1.3 only")
+@pytest.mark.skipif(HAS_ZERO_DIVISION, reason="0.10-1.3 only")
 def test_old_releases_wrote_into_the_callers_denominator_and_the_patch_does_not():
     denom = torch.tensor([0.0, 2.0])
     original()(torch.tensor([1.0, 1.0]), denom)
@@ -77,6 +77,27 @@ def test_old_releases_wrote_into_the_callers_denominator_and_the_patch_does_not(
     denom = torch.tensor([0.0, 2.0])
     assert compute._safe_divide(torch.tensor([1.0, 1.0]), denom).tolist() == [1.0, 0.5]
     assert denom.tolist() == [0.0, 2.0]
+
+
+@pytest.mark.skipif(HAS_ZERO_DIVISION or release_in("<0.11.0"),
+                    reason="ExactMatch from 0.11.0; 0.11-1.3 write in place")
+def test_exact_match_keeps_its_total_state_through_a_compute_before_any_update():
+    """0.11-1.3: ExactMatch's compute() hands its ``total`` state to _safe_divide as the
+    denominator; a compute before any update wrote 1 into it, and every later result was off."""
+    from torchmetrics.classification import MulticlassExactMatch
+
+    def run():
+        metric = MulticlassExactMatch(num_classes=3)
+        with pytest.warns(UserWarning, match="before the ``update``"):
+            metric.compute()
+        metric.update(torch.tensor([[0, 1]]), torch.tensor([[0, 1]]))
+        return metric.compute(), metric.total
+
+    result, total = run()
+    assert (result.item(), total.tolist()) == (0.5, [2])  # the upstream defect: total 0 became 1
+    tmpatch.apply(["safe_divide"])
+    result, total = run()
+    assert (result.item(), total.tolist()) == (1.0, [1])
 
 
 def test_keyword_arguments_and_default_dtype_float64():
@@ -99,7 +120,7 @@ def test_warn_still_warns_once_per_call_with_a_zero():
         compute._safe_divide(torch.tensor([1.0]), torch.tensor([0.0]), "warn")
 
 
-@pytest.mark.skipif(not HAS_ZERO_DIVISION, reason="1.0-1.3 make no host copy (they write in place)")
+@pytest.mark.skipif(not HAS_ZERO_DIVISION, reason="0.10-1.3 make no host copy (they write in place)")
 def test_the_host_to_device_copy_is_gone_on_simulated_cuda():
     from tmpatch.audit import audit
 
@@ -131,7 +152,7 @@ def test_accuracy_update_and_compute_run_the_patched_function():
     assert_bitwise(result, expected)
 
 
-@pytest.mark.skipif(not HAS_ZERO_DIVISION, reason="1.0-1.3 make no host copy in compute")
+@pytest.mark.skipif(not HAS_ZERO_DIVISION, reason="0.10-1.3 make no host copy in compute")
 def test_accuracy_compute_no_longer_copies_from_the_host():
     from torchmetrics.classification import MulticlassAccuracy
 

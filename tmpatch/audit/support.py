@@ -4,7 +4,8 @@ The simulated CUDA of :mod:`tmpatch.audit` rests on torch's fake tensors
 (``FakeTensorMode``) and its dispatch and function modes; torch 2.1 is the oldest
 release whose fake tensors can run a whole torchmetrics update (with the adaptations of
 :mod:`tmpatch.audit.oracle.guard` and :mod:`tmpatch.audit.oracle.continuation`). The test matrix runs
-2.1.2, 2.5.1 and 2.13.0. Nothing here imports more than ``torch``'s version.
+2.0.1 (the patches alone: the audit says it needs 2.1), 2.1.2, 2.5.1 and 2.13.0. Nothing
+here imports more than ``torch``'s version.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Optional
 #: the oldest torch the audit serves
 MIN_TORCH = "2.1"
 #: the torch releases the test matrix runs (CPU-only build for the newest, CUDA builds without a GPU for the others)
-TESTED_TORCH = ("2.1.2", "2.5.1", "2.13.0")
+TESTED_TORCH = ("2.0.1", "2.1.2", "2.5.1", "2.13.0")
 
 
 def torch_version() -> str:

@@ -175,8 +175,10 @@ def _install(patch: Patch, sweep: bool) -> None:
         patch.after_apply()
     if state == State.APPLIED:
         log.info("tmpatch: %s applied (%s)", patch.name, reason)
-    elif state in State.PROBLEMS:
+    elif state in State.PROBLEMS and not gating.declined(patch, catalogue.release()):
         log.warning("tmpatch: %s %s: %s", patch.name, state, reason)
+    elif state in State.PROBLEMS:  # a release the patch leaves alone on purpose: status() says why
+        log.info("tmpatch: %s %s: %s", patch.name, state, reason)
     else:
         log.debug("tmpatch: %s %s: %s", patch.name, state, reason)
     _rows[patch.name] = (state, reason)
@@ -230,7 +232,8 @@ def _disarm_unused() -> None:
     needed = {t.module for name in _pending for t in _here(catalogue.load(name))}
     if _pending:
         needed.add(catalogue.HOST)
-    needed.add(compiled.DYNAMO)  # the patches still applied need torch.compile's pieces bound on its import
+    if _pending or any(state == State.APPLIED for state, _ in _rows.values()):
+        needed.add(compiled.DYNAMO)  # the patches still applied need torch.compile's pieces bound on its import
     for module_name in _engine.armed():
         if module_name not in needed:
             _engine.disarm(module_name)
@@ -270,7 +273,8 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
                 if _is_applied(name) or name in _pending:
                     continue
                 patch = catalogue.load(name)
-                if all(target.module in sys.modules for target in _here(patch)):
+                if gating.settled(patch, catalogue.release()) is not None or \
+                        all(target.module in sys.modules for target in _here(patch)):
                     _install(patch, sweep=True)
                 else:
                     _arm(patch)

@@ -26,12 +26,32 @@ def here(patch: Patch, release: Optional[str]) -> List[Target]:
     return [t for t in patch.targets if t.present is None or release is None or spec.contains(t.present, release)]
 
 
+def settled(patch: Patch, release: Optional[str]) -> Optional[Tuple[str, str]]:
+    """The state and reason of ``patch`` on a ``release`` that leaves no code to look at: one
+    outside ``known``, or one the patch declines (``Patch.declines``); None otherwise."""
+    if release is None:
+        return None
+    if not spec.contains(patch.known, release):
+        return State.UNSUPPORTED, f"written for torchmetrics {spec.describe(patch.known)}; this is {release}"
+    for decline in patch.declines:
+        if spec.contains(decline.releases, release):
+            return (State.UNSUPPORTED if decline.needed else State.NOT_NEEDED), decline.reason
+    return None
+
+
+def declined(patch: Patch, release: Optional[str]) -> bool:
+    """Whether ``release`` is one ``patch`` declines (``Patch.declines``): left alone on purpose,
+    so not worth a warning at every start (its row says why)."""
+    return release is not None and any(spec.contains(d.releases, release) for d in patch.declines)
+
+
 def recognise(patch: Patch, release: Optional[str], original: Callable[[Target], Any]) -> Tuple[str, str, Found]:
     """What to do with ``patch`` on ``release``: a state, its reason, and the variants
     found (empty unless the state is APPLIED or NOT_NEEDED). ``original(target)`` gives
     the release's function (raising :class:`PatchError` when it cannot be found)."""
-    if release is not None and not spec.contains(patch.known, release):
-        return State.UNSUPPORTED, f"written for torchmetrics {spec.describe(patch.known)}; this is {release}", []
+    done = settled(patch, release)
+    if done is not None:
+        return done[0], done[1], []
     found: Found = []
     for target in here(patch, release):
         try:

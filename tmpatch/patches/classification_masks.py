@@ -33,9 +33,9 @@ for crammer-singer, a value of another dtype or device for the coverage offset.
 ``ignore_index`` still removes the ignored positions in the formatter (a boolean index
 whose result sets the state's count: inherent as written upstream).
 
-Releases: 1.0.0-1.9.0 (two implementations of ``_binary_hinge_loss_update`` and of
-``_multilabel_coverage_error_update``, three of ``_multiclass_hinge_loss_update``;
-annotations, and the softmax check before 1.6.1).
+Releases: 0.10.0-1.9.0 (two implementations of ``_binary_hinge_loss_update`` and of
+``_multilabel_coverage_error_update``, four of ``_multiclass_hinge_loss_update``;
+annotations, and the softmax check before 1.6.1, spelled ``(0 <= preds)`` in 0.10-0.11).
 """
 from __future__ import annotations
 
@@ -99,6 +99,7 @@ OFFSET = Edit(_OFFSET, "offset = _tmpatch_fill_where(offset, target == 0, preds.
 BINARY = Rewrite((SIGNED,), _helpers)
 MULTICLASS = Rewrite((CRAMMER_SINGER, SIGNED), _helpers)
 MULTICLASS_SOFTMAX = Rewrite(logits_check.SOFTMAX.edits + (CRAMMER_SINGER, SIGNED), _names)  # before 1.6.1
+MULTICLASS_SOFTMAX_0 = Rewrite(logits_check.SOFTMAX_0.edits + (CRAMMER_SINGER, SIGNED), _names)  # 0.10-0.11
 COVERAGE = Rewrite((OFFSET,), _helpers)
 
 _HINGE = "torchmetrics.functional.classification.hinge"
@@ -107,7 +108,7 @@ PATCH = Patch(
     name="classification_masks",
     summary="the hinge losses and MultilabelCoverageError select and assign through boolean masks on every "
             "update() (a sync each on CUDA); selections on the device instead",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     requires=("logits_check",),  # before 1.6.1 the binary and multilabel formatters read the values too
     upstream="not fixed upstream (boolean indexing in _binary/_multiclass_hinge_loss_update and "
              "_multilabel_coverage_error_update)",
@@ -126,7 +127,7 @@ PATCH = Patch(
             module=_HINGE,
             qualname="_binary_hinge_loss_update",
             variants=(
-                Variant(span("1.0.0", "1.5.2"), "2bc2c5cb531c3ebe", BINARY),
+                Variant(span("0.10.0", "1.5.2"), "2bc2c5cb531c3ebe", BINARY),
                 Variant(span("1.6.0", "1.9.0"), "57173fb842f5317e", BINARY),  # annotation only
             ),
         ),
@@ -134,6 +135,7 @@ PATCH = Patch(
             module=_HINGE,
             qualname="_multiclass_hinge_loss_update",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "b541019da8727504", MULTICLASS_SOFTMAX_0),  # ``(0 <= preds)``
                 Variant(span("1.0.0", "1.5.2"), "33c74dc57b3e4076", MULTICLASS_SOFTMAX),
                 Variant(span("1.6.0"), "95aff742e3e21d24", MULTICLASS_SOFTMAX),  # annotation only
                 Variant(span("1.6.1", "1.9.0"), "c997d47e3a34048f", MULTICLASS),  # normalize_logits_if_needed
@@ -143,7 +145,7 @@ PATCH = Patch(
             module="torchmetrics.functional.classification.ranking",
             qualname="_multilabel_coverage_error_update",
             variants=(
-                Variant(span("1.0.0", "1.5.2"), "9424ed499da22d7f", COVERAGE),
+                Variant(span("0.10.0", "1.5.2"), "9424ed499da22d7f", COVERAGE),
                 Variant(span("1.6.0", "1.9.0"), "7199984e0c053bc0", COVERAGE),  # annotation only
             ),
         ),

@@ -55,7 +55,7 @@ Policies (``update_count``): ``device`` (above); ``outside``: the increment runs
 from compiled code (``torch.compiler.disable``: a graph break per update). A metric built
 before ``apply()`` keeps the release's update (its count is a guard).
 
-Releases: 1.0.0-1.9.0 (``_wrap_update`` unchanged throughout; three implementations of
+Releases: 0.10.0-1.9.0 (``_wrap_update`` unchanged throughout; four implementations of
 ``MetricCollection.update`` and of ``_compute_groups_create_state_ref``);
 ``normalize_logits_if_needed`` 1.6.1+ (two implementations). Results are the release's,
 bit for bit, in eager code; ``revert()`` folds what is pending and removes the descriptor.
@@ -360,6 +360,15 @@ FOLLOW = Rewrite(
           "    mi._update_count = deepcopy(m0._update_count) if copy else m0._update_count\n"),),
     _collection_names,
 )
+#: 0.10-0.11 spell the same statement with ``setattr``
+FOLLOW_0 = Rewrite(
+    (Edit('setattr(mi, "_update_count", deepcopy(m0._update_count) if copy else m0._update_count)\n',
+          "if _tmpatch_compiling():\n"
+          "    _tmpatch_follow(mi, m0)\n"
+          "else:\n"
+          '    setattr(mi, "_update_count", deepcopy(m0._update_count) if copy else m0._update_count)\n'),),
+    _collection_names,
+)
 
 #: ``Metric._filter_kwargs`` (a collection passes each metric its keyword arguments): with none, every
 #: path of the release's returns an empty dict; in compiled code that is said without reading the update's
@@ -496,7 +505,7 @@ PATCH = Patch(
     name="compiled_update",
     summary="inside torch.compile, Metric's update count recompiles every step, a collection's first update "
             "breaks the graph, the CPU logits check breaks it and _bincount's lazy XLA check crashes (torch 2.6+)",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="torchmetrics #1780 (update count guards); not fixed upstream",
     changes="compiled updates count on the metric's device, folded into the count at its next host read (a sync "
             "on CUDA); a collection forms its compute groups at its first eager update",
@@ -506,12 +515,13 @@ PATCH = Patch(
         Target(
             module="torchmetrics.metric",
             qualname="Metric._wrap_update",
-            variants=(Variant(span("1.0.0", "1.9.0"), "204d7412e16fe670", UPDATE_COUNT),),
+            variants=(Variant(span("0.10.0", "1.9.0"), "204d7412e16fe670", UPDATE_COUNT),),
         ),
         Target(
             module="torchmetrics.metric",
             qualname="Metric.__getstate__",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "9996a30245e5558b", _build_getstate),
                 Variant(span("1.0.0", "1.5.2"), "af232a93d4f8018a", _build_getstate),
                 Variant(span("1.6.0", "1.9.0"), "ed346df0a94f210f", _build_getstate),
             ),
@@ -520,6 +530,8 @@ PATCH = Patch(
             module="torchmetrics.metric",
             qualname="Metric._apply",
             variants=(
+                Variant(span("0.10.0", "0.11.3"), "dac6762c6713e022", _build_apply),
+                Variant(span("0.11.4"), "d8c08b77a3493a58", _build_apply),
                 Variant(span("1.0.0", "1.2.1"), "230dda1bf62c7927", _build_apply),
                 Variant(span("1.3.0.post0", "1.9.0"), "232b818f8abf487b", _build_apply),
             ),
@@ -528,6 +540,7 @@ PATCH = Patch(
             module="torchmetrics.metric",
             qualname="Metric._filter_kwargs",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "c7d8611b3ae04ecd", NO_KWARGS),
                 Variant(span("1.0.0", "1.5.2"), "8eeebeee99f6e51d", NO_KWARGS),
                 Variant(span("1.6.0", "1.9.0"), "587021cd14091524", NO_KWARGS),
             ),
@@ -536,6 +549,7 @@ PATCH = Patch(
             module="torchmetrics.collections",
             qualname="MetricCollection.update",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "623d912da2295f63", NO_MERGE),
                 Variant(span("1.0.0", "1.4.0.post0"), "4bb11e4417bcb30d", NO_MERGE),
                 Variant(span("1.4.1", "1.6.2"), "2e891af966219964", NO_MERGE),
                 Variant(span("1.7.0", "1.9.0"), "d6262ad6780cffac", NO_MERGE),
@@ -545,6 +559,7 @@ PATCH = Patch(
             module="torchmetrics.collections",
             qualname="MetricCollection._compute_groups_create_state_ref",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "d25db2f4847fe50c", FOLLOW_0),
                 Variant(span("1.0.0", "1.9.0"), "89013ba3893e690e", FOLLOW),  # but 1.2.1-1.4.0 and 1.6.2
                 Variant(span("1.2.1", "1.4.0.post0"), "863390adb97bcf70", FOLLOW),
                 Variant(span("1.6.2"), "576c9c809ed9590a", FOLLOW),

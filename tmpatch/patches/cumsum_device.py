@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Optional
 
-from tmpatch.spec import INHERENT, Label, PATCHED, Patch, Target, Variant, since, span
+from tmpatch.spec import INHERENT, PATCHED, Decline, Label, Patch, Target, Variant, since, span
 
 _MESSAGE_1_0_0 = (
     "You are trying to use a metric in deterministic mode on GPU that uses `torch.cumsum` which is currently"
@@ -53,7 +53,10 @@ def _builder(message: str) -> Callable[[ModuleType], Callable[..., Any]]:
 PATCH = Patch(
     name="cumsum_device",
     summary="deterministic-mode cumsum comes back to the input's GPU, not the current one",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.11.4"),
+                      "nothing to repair: 0.10-0.11 have no _cumsum (their curves call torch.cumsum, no round trip)",
+                      needed=False),),
     upstream="#2608; fixed in 1.4.1 by PR #2636",
     changes=("in deterministic mode a curve computed on cuda:N stays on cuda:N (was: the current GPU); values are "
              "the release's"),

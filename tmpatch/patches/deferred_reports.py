@@ -21,12 +21,12 @@ at the user's next ``compute()`` instead, exactly once (:mod:`tmpatch.runtime.de
 * ``Running.update`` and ``Running.forward``: the base metric's reset inside them keeps
   the books (the report waits for the wrapper's compute);
 * ``MetricCollection.compute``: one report for the collection, after every metric's
-  compute (1.0.x: the ``_wrap_compute`` overrides of ClasswiseWrapper, MultioutputWrapper
+  compute (up to 1.0.x: the ``_wrap_compute`` overrides of ClasswiseWrapper, MultioutputWrapper
   and MultitaskWrapper, not yet ``WrapperMetric`` subclasses, get the book layer too).
 
-Releases: 1.0.0-1.9.0 (two implementations of ``forward``, ``reset``, ``sync``,
-``__getstate__`` and ``MetricCollection.compute``, three of ``_wrap_compute`` and
-``state_dict``, one of the others).
+Releases: 0.10.0-1.9.0 (one to four implementations of each target; ``Running`` from
+1.0.0). Up to 1.0.x ClasswiseWrapper, MultioutputWrapper (0.11.1+) and MultitaskWrapper
+(1.0.x) override ``_wrap_compute`` themselves.
 ``tmpatch.revert()`` keeps pending reports: the compute layer stays with the metrics
 built while applied (:func:`deferred.detach`).
 """
@@ -239,7 +239,7 @@ PATCH = Patch(
     name="deferred_reports",
     summary="gives the reports nan_check and bincount move out of update() at the user's next compute(), "
             "once, after the sync; never inside forward()",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     after_apply=deferred.went_live,
     after_revert=deferred.went_dormant,
     upstream="tmpatch's own: makes the deferred reports of other patches exact",
@@ -255,6 +255,7 @@ PATCH = Patch(
             module=_METRIC,
             qualname="Metric._wrap_compute",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "4bacaba7208a2cb1", _build_wrap_compute),
                 Variant(span("1.0.0", "1.2.1"), "1715a9ca799990bc", _build_wrap_compute),
                 Variant(span("1.3.0.post0", "1.4.0.post0"), "c8e984dd5691953e", _build_wrap_compute),
                 Variant(span("1.4.1", "1.9.0"), "13db1725dd4da7c4", _build_wrap_compute),
@@ -263,7 +264,8 @@ PATCH = Patch(
         Target(
             module=_METRIC,
             qualname="CompositionalMetric._wrap_compute",
-            variants=(Variant(span("1.0.0", "1.9.0"), "05f55ce13420b558", _build_wrap_compute),),
+            variants=(Variant(span("0.10.0", "0.11.4"), "3b15fc08bdd27821", _build_wrap_compute),
+                      Variant(span("1.0.0", "1.9.0"), "05f55ce13420b558", _build_wrap_compute)),
         ),
         Target(
             module="torchmetrics.wrappers.abstract",
@@ -272,19 +274,21 @@ PATCH = Patch(
             present=since("1.1.0"),
         ),
         *(
-            Target(  # 1.0.x: these wrappers override Metric._wrap_compute themselves (WrapperMetric from 1.1.0)
+            Target(  # up to 1.0.x: these wrappers override Metric._wrap_compute (WrapperMetric from 1.1.0)
                 module=f"torchmetrics.wrappers.{module}",
                 qualname=f"{name}._wrap_compute",
-                variants=(Variant(span("1.0.0", "1.0.3"), "05f55ce13420b558", _build_wrap_compute),),
-                present=span("1.0.0", "1.0.3"),
+                variants=(Variant(span(first, "1.0.3"), "05f55ce13420b558", _build_wrap_compute),),
+                present=span(first, "1.0.3"),
             )
-            for module, name in (("classwise", "ClasswiseWrapper"), ("multioutput", "MultioutputWrapper"),
-                                 ("multitask", "MultitaskWrapper"))
+            for module, name, first in (("classwise", "ClasswiseWrapper", "0.10.0"),
+                                        ("multioutput", "MultioutputWrapper", "0.11.1"),
+                                        ("multitask", "MultitaskWrapper", "1.0.0"))
         ),
         Target(
             module="torchmetrics.collections",
             qualname="MetricCollection.compute",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "97cc99497c252f69", _build_collection_compute),
                 Variant(span("1.0.0", "1.5.2"), "efbd8312bb0b8610", _build_collection_compute),
                 Variant(span("1.6.0", "1.9.0"), "ebc04c290ed14244", _build_collection_compute),
             ),
@@ -293,7 +297,7 @@ PATCH = Patch(
             module=_METRIC,
             qualname="Metric.forward",
             variants=(
-                Variant(span("1.0.0", "1.6.1"), "5137161859288369", _build_forward),
+                Variant(span("0.10.0", "1.6.1"), "5137161859288369", _build_forward),
                 Variant(span("1.6.2", "1.9.0"), "2ea471ed4d896124", _build_forward),
             ),
         ),
@@ -301,6 +305,8 @@ PATCH = Patch(
             module=_METRIC,
             qualname="Metric._apply",
             variants=(
+                Variant(span("0.10.0", "0.11.3"), "dac6762c6713e022", _build_apply),
+                Variant(span("0.11.4"), "d8c08b77a3493a58", _build_apply),
                 Variant(span("1.0.0", "1.2.1"), "230dda1bf62c7927", _build_apply),
                 Variant(span("1.3.0.post0", "1.9.0"), "232b818f8abf487b", _build_apply),
             ),
@@ -309,7 +315,7 @@ PATCH = Patch(
             module=_METRIC,
             qualname="Metric.reset",
             variants=(
-                Variant(span("1.0.0", "1.3.2"), "718dd05530d14777", _build_reset),
+                Variant(span("0.10.0", "1.3.2"), "718dd05530d14777", _build_reset),
                 Variant(span("1.4.0", "1.9.0"), "26a400138ffbd9ed", _build_reset),
             ),
         ),
@@ -317,6 +323,7 @@ PATCH = Patch(
             module=_METRIC,
             qualname="Metric.state_dict",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "bbebc48a80bfe960", _build_state_dict),
                 Variant(span("1.0.0", "1.3.1"), "053d8e2020a77d7a", _build_state_dict),
                 Variant(span("1.3.2", "1.5.2"), "c0f248a8c69ecc78", _build_state_dict),
                 Variant(span("1.6.0", "1.9.0"), "4c5aff2dc41d2932", _build_state_dict),
@@ -326,6 +333,7 @@ PATCH = Patch(
             module=_METRIC,
             qualname="Metric.__getstate__",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "9996a30245e5558b", _build_getstate),
                 Variant(span("1.0.0", "1.5.2"), "af232a93d4f8018a", _build_getstate),
                 Variant(span("1.6.0", "1.9.0"), "ed346df0a94f210f", _build_getstate),
             ),
@@ -340,7 +348,8 @@ PATCH = Patch(
             module=_METRIC,
             qualname="Metric.sync",
             variants=(
-                Variant(span("1.0.0", "1.3.2"), "11501a2cfbe5730e", _build_sync),
+                Variant(span("0.10.0", "0.10.3"), "03e6fa6b93646a5f", _build_sync),  # no distributed_available_fn
+                Variant(span("0.11.0", "1.3.2"), "11501a2cfbe5730e", _build_sync),
                 Variant(span("1.4.0", "1.9.0"), "00416aa799a99c1b", _build_sync),
             ),
         ),
@@ -348,11 +357,13 @@ PATCH = Patch(
             module="torchmetrics.wrappers.running",
             qualname="Running.update",
             variants=(Variant(span("1.0.0", "1.9.0"), "7edd255b4e36c7db", _build_internal),),
+            present=since("1.0.0"),
         ),
         Target(
             module="torchmetrics.wrappers.running",
             qualname="Running.forward",
             variants=(Variant(span("1.0.0", "1.9.0"), "4b5a6dd36ee40cec", _build_internal),),
+            present=since("1.0.0"),
         ),
     ),
 )

@@ -24,7 +24,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict
 
-from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import INHERENT, PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
 def _helpers(module: ModuleType) -> Dict[str, Any]:
@@ -54,7 +54,10 @@ PATCH = Patch(
     name="dice_weights",
     summary="GeneralizedDiceScore replaces infinite class weights through a boolean mask (two syncs per "
             "update on CUDA); selected on the device instead",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.11.4"),
+                      "nothing to repair: the segmentation GeneralizedDiceScore came in 1.4.0",
+                      needed=False),),
     requires=("safe_divide",),  # the update divides with _safe_divide (a host copy before 1.9.0)
     upstream="not fixed upstream (weights_flatten[infs] = w_max[infs] in _generalized_dice_update)",
     labels=(

@@ -52,7 +52,7 @@ from tmpatch.runtime import deferred
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.runtime.device_tensors import to_device
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
+from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
 
 
 _NOTE = ("reported at {point} instead of in update(). Unlike without tmpatch, those batches were added to the "
@@ -257,7 +257,10 @@ PATCH = Patch(
     name="edge_distances",
     summary="HausdorffDistance reads each mask's binarized check and emptiness, and selects its edge distances "
             "through boolean masks, for every sample and class of each update(); measured with fixed shapes",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.11.4"),
+                      "nothing to repair: the segmentation distance metrics came in 1.5.0",
+                      needed=False),),
     upstream="not fixed upstream (torch.any, torch.where and dis[preds] in surface_distance, per sample and class)",
     changes="a non-binary mask, or a sample and class with both masks empty, raises the release's error at the next "
             "compute(), once, the batch in the states (upstream: raised in update())",

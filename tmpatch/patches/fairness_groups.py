@@ -42,7 +42,7 @@ from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
 def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
@@ -153,7 +153,10 @@ PATCH = Patch(
     name="fairness_groups",
     summary="BinaryFairness and BinaryGroupStatRates copy the group sizes to the host (torch.unique, bincount, "
             ".cpu()) to split each batch; counted per group on the device instead",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.11.4"),
+                      "nothing to repair: BinaryFairness and BinaryGroupStatRates came in 1.0.0",
+                      needed=False),),
     upstream="not fixed upstream (_binary_groups_stat_scores splits the batch by group on the host)",
     changes="more distinct group ids than num_groups raises IndexError at the next compute(), once, the extra "
             "groups left out (upstream: IndexError in update(), after adding the first num_groups)",

@@ -6,7 +6,7 @@ including the calling one, so a metric used as a loss with
 ``dist_sync_on_step=True`` loses its autograd graph (upstream issue #2745).
 Fixed upstream in 1.6.0 (PR #2754: ``gathered[get_rank(group)] = result``).
 
-Releases: 1.0.0-1.5.2 patched; 1.6.0 onwards not needed. The gathered values
+Releases: 0.10.0-1.5.2 patched; 1.6.0 onwards not needed. The gathered values
 are the release's own; only the local entry is the caller's tensor (as 1.6.0
 does), at its rank within ``group``.
 ``gather_all_tensors`` is also held as the default of
@@ -51,7 +51,7 @@ def _build_gather(module: ModuleType) -> Callable[..., Any]:
 PATCH = Patch(
     name="gather_autograd",
     summary="gathered metric states keep the local rank's autograd graph",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="#2745; fixed in 1.6.0 by PR #2754",
     changes=("a metric used as a loss with dist_sync_on_step=True keeps this rank's autograd graph, so backward() "
              "works as on 1.6.0+ (was: RuntimeError, no grad); values are the release's"),
@@ -60,7 +60,7 @@ PATCH = Patch(
             module="torchmetrics.utilities.distributed",
             qualname="_simple_gather_all_tensors",
             variants=(
-                Variant(span("1.0.0", "1.5.2"), "94db0822ce7563d9", _build_simple),
+                Variant(span("0.10.0", "1.5.2"), "94db0822ce7563d9", _build_simple),
                 Variant(span("1.6.0", "1.9.0"), "811ba447d8bd721b"),
             ),
         ),
@@ -68,7 +68,7 @@ PATCH = Patch(
             module="torchmetrics.utilities.distributed",
             qualname="gather_all_tensors",
             variants=(
-                Variant(span("1.0.0", "1.5.2"), "d303e452a82b0edc", _build_gather),
+                Variant(span("0.10.0", "1.5.2"), "d303e452a82b0edc", _build_gather),
                 Variant(span("1.6.0", "1.8.2"), "c677f69bb6977523"),
                 Variant(span("1.9.0"), "bc3f9f86e5dc4800"),
             ),

@@ -9,6 +9,9 @@ the device, or read a device value to choose a constant:
   index list both copied);
 * ``_compute_bef`` (PSNRB): four index lists built on the host (``torch.tensor(range(...))``)
   index the device image (each copied), and ``t = ... if d_b > d_bc else 0`` reads the device;
+* ``PeakSignalNoiseRatio.update`` of 0.10-0.11 with ``data_range=None``: ``min(target.min(),
+  self.min_target)`` and the ``max`` likewise, Python's comparison of two device values (a read
+  each): chosen with ``torch.where``, the same choice (1.0.0 uses ``torch.minimum``/``maximum``);
 * ``_ssim_update`` with ``gaussian_kernel=False`` (StructuralSimilarityIndexMeasure, MS-SSIM):
   ``torch.tensor(kernel_size, ...)`` for the uniform kernel's size; with ``data_range=None``
   (the default) ``max(preds.max() - preds.min(), target.max() - target.min())`` compares two
@@ -42,8 +45,9 @@ results, ``t * (d_b - d_bc)`` and ``0 * (d_b - d_bc)``. Results are the release'
 bit. On the CPU, and where a value is out of the helpers' reach (a long list, NaN in the
 filter, an empty index list, an image side of 1), the release's own expressions run.
 
-Releases: 1.0.0-1.9.0; VIF from 1.1.0, SCC from 1.3.0.post0; ``_single_dimension_pad`` moved
-from ``functional.image.helper`` to ``functional.image.utils`` in 1.3.2.
+Releases: 0.10.0-1.9.0; PSNRB and RASE from 1.0.0, VIF from 1.1.0, SCC from 1.3.0.post0;
+``_single_dimension_pad`` moved from ``functional.image.helper`` to ``functional.image.utils``
+in 1.3.2 (0.10-0.11 make its ranges on the device: nothing to repair there).
 """
 from __future__ import annotations
 
@@ -184,12 +188,23 @@ SSIM = _swapped("kernel = torch.ones((channel, 1, *kernel_size), dtype=dtype, de
                                "    target.max() - target.min() > preds.max() - preds.min(),\n"
                                "    target.max() - target.min(), preds.max() - preds.min())", _DATA_RANGE),))
 MS_SSIM = _swapped("betas = torch.tensor(betas, device=mcs_stack.device).view(-1, 1)")
+#: 0.10-0.11: PSNR with ``data_range=None`` keeps the target's range with Python's ``min``/``max`` of two
+#: device values (a read each; 1.0.0 uses torch.minimum/maximum). ``min(a, b)`` is ``b if b < a else a``
+PSNR_RANGE = Rewrite(tuple(
+    _unless("_tmpatch_on_device(target)",
+            f"_tmpatch_found = target.{fn}()\n"
+            f"self.{fn}_target = _tmpatch_select(self.{fn}_target {op} _tmpatch_found, self.{fn}_target, "
+            "_tmpatch_found)",
+            f"self.{fn}_target = {fn}(target.{fn}(), self.{fn}_target)")
+    for fn, op in (("min", "<"), ("max", ">"))), _names)
 MS_SSIM_TOTAL = _swapped(
     "self.total += torch.tensor(preds.shape[0], dtype=self.total.dtype, device=self.total.device)")
 VIF = _swapped("eps = torch.tensor(1e-10, dtype=dtype, device=device)",
                  "sigma_n_sq = torch.tensor(sigma_n_sq, dtype=dtype, device=device)")
 
 _IMG = "torchmetrics.functional.image"
+#: PSNRB and RASE came in 1.0.0
+_SINCE_1_0 = since("1.0.0")
 
 
 def _variants(rewrite: Any, *found: Tuple[Any, str]) -> Tuple[Variant, ...]:
@@ -201,7 +216,7 @@ PATCH = Patch(
     summary="PSNR, PSNRB, SSIM, MS-SSIM, VIF, SCC and the sliding-window metrics copy counts, constants and index "
             "lists "
             "to the device on each update() (PSNRB also reads one value); made on the device",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="not fixed upstream (torch.tensor(..., device=...), .to(device) of host tensors in the image updates)",
     labels=(
         Label(PATCHED, "an image metric copies a count, a constant or an index list to the device; the "
@@ -211,6 +226,9 @@ PATCH = Patch(
         Label(PATCHED, "PSNRB reads d_b > d_bc (block effect) and, before 1.8.0, data_range > 2 (compute); the "
               "image_constants patch chooses with torch.where", function=r"_compute_bef|_psnrb_compute",
               op="aten._local_scalar_dense"),
+        Label(PATCHED, "PSNR (0.10-0.11, data_range=None) keeps the target's range with Python's min/max of device "
+              "values; the image_constants patch chooses with torch.where", function="update",
+              file="torchmetrics/image/psnr.py", op="aten._local_scalar_dense"),
         Label(PATCHED, "SSIM with data_range=None compares the two ranges in Python (max of two device values); the "
               "image_constants patch chooses with torch.where", function="_ssim_update", op="aten._local_scalar_dense"),
         Label(PATCHED, "MS-SSIM (1.6.2+) copies the batch size to the device; the image_constants patch fills it",
@@ -218,42 +236,51 @@ PATCH = Patch(
     ),
     targets=(
         Target(module=f"{_IMG}.psnr", qualname="_psnr_update", variants=(
+            Variant(span("0.10.0", "0.11.4"), "c528d73c09564465", _psnr("n_obs")),  # ``dim_list`` by if/else
             Variant(span("1.0.0", "1.1.2"), "40ae5371907a0d5c", _psnr("n_obs")),
             Variant(span("1.2.0", "1.4.3"), "2be8fc903e42af12", _psnr("num_obs")),
             Variant(span("1.5.0", "1.5.2"), "cc1d0738920fa2f7", _psnr("num_obs")),  # integer inputs made float
             Variant(span("1.6.0", "1.9.0"), "c89d120d702bb253", _psnr("num_obs")),  # annotation only
         )),
-        Target(module=f"{_IMG}.psnrb", qualname="_psnrb_update", variants=(
+        Target(module=f"{_IMG}.psnrb", qualname="_psnrb_update", present=_SINCE_1_0, variants=(
             Variant(span("1.0.0", "1.1.2"), "0a8d36553efa9a83",
                     _swapped("n_obs = tensor(target.numel(), device=target.device)")),
             *_variants(_swapped("num_obs = tensor(target.numel(), device=target.device)"),
                        (span("1.2.0", "1.5.2"), "ed5a0c079f5513f3"), (span("1.6.0", "1.9.0"), "90a6ba363631b7ac")),
         )),
-        Target(module=f"{_IMG}.psnrb", qualname="_compute_bef",
+        Target(module=f"{_IMG}.psnrb", qualname="_compute_bef", present=_SINCE_1_0,
                variants=(Variant(span("1.0.0", "1.9.0"), "dc5851d3cc4ee60e", BEF),)),
-        Target(module=f"{_IMG}.psnrb", qualname="_psnrb_compute", variants=(
+        Target(module=f"{_IMG}.psnrb", qualname="_psnrb_compute", present=_SINCE_1_0, variants=(
             Variant(span("1.0.0", "1.1.2"), "9bb2719924564594", PSNRB_COMPUTE),
             Variant(span("1.2.0", "1.7.4"), "03f7143a5f59b70b", PSNRB_COMPUTE),  # variable name
             Variant(span("1.8.0", "1.9.0"), "4559015132d533bf"),  # no ``if`` on data_range
         )),
-        Target(module=f"{_IMG}.rase", qualname="relative_average_spectral_error", variants=_variants(
+        Target(module=f"{_IMG}.rase", qualname="relative_average_spectral_error", present=_SINCE_1_0,
+               variants=_variants(
             RASE, (span("1.0.0", "1.6.1"), "cd8d639fe5b06241"), (span("1.6.2", "1.9.0"), "2eb67f58c482d671"))),
+        # there from 1.0.0 too, with torch.minimum/maximum: a target up to 0.11.4 only
+        Target(module="torchmetrics.image.psnr", qualname="PeakSignalNoiseRatio.update",
+               present=span("0.10.0", "0.11.4"), shared=True,
+               variants=(Variant(span("0.10.0", "0.11.4"), "a90186422f5fdd83", PSNR_RANGE),)),
         Target(module=f"{_IMG}.ssim", qualname="_ssim_update", variants=_variants(
-            SSIM, (span("1.0.0", "1.3.1"), "267799157d904012"), (span("1.3.2", "1.4.1"), "ec67b3d6e5e5c741"),
+            SSIM, (span("0.10.0", "0.10.1"), "3620ad109367752c"), (span("0.10.2", "0.11.4"), "ea4129b62ea027be"),
+            (span("1.0.0", "1.3.1"), "267799157d904012"), (span("1.3.2", "1.4.1"), "ec67b3d6e5e5c741"),
             (span("1.4.2", "1.5.2"), "6c13e38998c1a484"), (span("1.6.0", "1.9.0"), "2f9d9f33f0a612b2"))),
         Target(module=f"{_IMG}.ssim", qualname="_multiscale_ssim_update", variants=_variants(
-            MS_SSIM, (span("1.0.0", "1.5.2"), "badd94c11ebc0278"), (span("1.6.0", "1.9.0"), "f404a1bef7fe1e0f"))),
+            MS_SSIM, (span("0.10.0", "0.11.4"), "7576fbc255e87f63"), (span("1.0.0", "1.5.2"), "badd94c11ebc0278"),
+            (span("1.6.0", "1.9.0"), "f404a1bef7fe1e0f"))),
         Target(module="torchmetrics.image.ssim", qualname="MultiScaleStructuralSimilarityIndexMeasure.update",
                variants=(
-            Variant(span("1.0.0", "1.6.1"), "fb20240c8b6da156"),  # ``self.total += preds.shape[0]``: no copy
+            Variant(span("0.10.0", "1.6.1"), "fb20240c8b6da156"),  # ``self.total += preds.shape[0]``: no copy
             Variant(span("1.6.2", "1.9.0"), "d135c620b7ec0591", MS_SSIM_TOTAL),
         )),
         Target(module=f"{_IMG}.vif", qualname="_vif_per_channel", present=since("1.1.0"), variants=_variants(
             VIF, (span("1.1.0", "1.8.0"), "6930c39db95c9d8e"), (span("1.8.1", "1.9.0"), "d123312e1a8fbb11"))),
         Target(module=f"{_IMG}.scc", qualname="_scc_update", present=since("1.3.0.post0"), variants=_variants(
             SCC, (span("1.3.0.post0", "1.5.2"), "c7be8364b2088015"), (span("1.6.0", "1.9.0"), "9418ca76ce482fa6"))),
-        Target(module=f"{_IMG}.helper", qualname="_single_dimension_pad", present=span("1.0.0", "1.3.1"),
-               variants=(Variant(span("1.0.0", "1.3.1"), "c44c9c79deb53464", PAD),)),
+        Target(module=f"{_IMG}.helper", qualname="_single_dimension_pad", present=span("0.10.0", "1.3.1"), variants=(
+            Variant(span("0.10.0", "0.11.4"), "6f8adebbbcf5b5e1"),  # ``torch.arange(..., device=...)``: no copy
+            Variant(span("1.0.0", "1.3.1"), "c44c9c79deb53464", PAD))),
         Target(module=f"{_IMG}.utils", qualname="_single_dimension_pad", present=since("1.3.2"),
                variants=(Variant(span("1.3.2", "1.9.0"), "c44c9c79deb53464", PAD),)),
     ),

@@ -29,8 +29,10 @@ classes from the data (the shape of what follows depends on it). Not covered (th
 code runs): the functional ``dice``, other users of these checks, metrics built before
 ``apply()``.
 
-Releases: 1.0.0-1.6.3 (one implementation of each function, two of
-``_check_shape_and_type_consistency``); the Dice class is gone from 1.7.0.
+Releases: 0.11.0-1.6.3 (one or two implementations of each function, three of
+``_check_shape_and_type_consistency``; 0.11 tests a negative target in an ``if``/``elif``);
+the Dice class is gone from 1.7.0. 0.10's Dice runs the legacy ``StatScores.update``, which
+every legacy classification metric shares: 0.10 is left alone (unsupported, with the reason).
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.runtime.device_tensors import built, swap
-from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
+from tmpatch.spec import INHERENT, PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
 
 
 #: check key -> the release's message (the same text in 1.0.0-1.6.3)
@@ -134,17 +136,26 @@ def _deferred(statement: str, *conditions: Tuple[str, str]) -> Edit:
 
 
 _M = MESSAGES
-BASIC = Rewrite((
-    _deferred("if (ignore_index is None and target.min() < 0) or (ignore_index and ignore_index >= 0 and "
-              f"target.min() < 0):\n    raise ValueError({_M['target_negative']!r})",
-              ("target.min() < 0", "target_negative")),
+#: the checks of ``_basic_input_validation`` after the one of a negative target
+_BASIC_REST = (
     _deferred(f"if not preds_float and preds.min() < 0:\n    raise ValueError({_M['preds_negative']!r})",
               ("preds.min() < 0", "preds_negative")),
     _deferred(f"if multiclass is False and target.max() > 1:\n    raise ValueError({_M['target_binary']!r})",
               ("target.max() > 1", "target_binary")),
     _deferred(f"if multiclass is False and not preds_float and preds.max() > 1:\n"
               f"    raise ValueError({_M['preds_binary']!r})", ("preds.max() > 1", "preds_binary")),
-), _names)
+)
+BASIC = Rewrite((
+    _deferred("if (ignore_index is None and target.min() < 0) or (ignore_index and ignore_index >= 0 and "
+              f"target.min() < 0):\n    raise ValueError({_M['target_negative']!r})",
+              ("target.min() < 0", "target_negative")),
+) + _BASIC_REST, _names)
+#: 0.11: the negative-target check as an ``if``/``elif`` (``ignore_index is not None``): one condition is read
+BASIC_0 = Rewrite((
+    _deferred(f"if ignore_index is None and target.min() < 0:\n    raise ValueError({_M['target_negative']!r})\n"
+              f"elif ignore_index is not None and ignore_index >= 0 and target.min() < 0:\n"
+              f"    raise ValueError({_M['target_negative']!r})", ("target.min() < 0", "target_negative")),
+) + _BASIC_REST, _names)
 SHAPES = Rewrite((_deferred(f"if preds_float and target.numel() > 0 and target.max() > 1:\n"
                             f"    raise ValueError({_M['float_target']!r})", ("target.max() > 1", "float_target")),),
                  _names)
@@ -153,7 +164,7 @@ IMPLIED = Rewrite((_deferred(f"if target.max() >= implied_classes:\n    raise Va
 NUM_CLASSES = Rewrite((_deferred(f"if target.numel() > 0 and num_classes <= target.max():\n"
                                  f"    raise ValueError({_M['num_classes']!r})",
                                  ("num_classes <= target.max()", "num_classes")),), _names)
-REDUCE = Rewrite(tuple(Edit(s, swap(s)) for s in (
+_REDUCE = (
     "numerator = torch.where(\n    zero_div_mask, tensor(zero_division, dtype=numerator.dtype, "
     "device=numerator.device), numerator\n)",
     "denominator = torch.where(\n    zero_div_mask | ignore_mask, tensor(1.0, dtype=denominator.dtype, "
@@ -161,11 +172,15 @@ REDUCE = Rewrite(tuple(Edit(s, swap(s)) for s in (
     "weights = torch.where(ignore_mask, tensor(0.0, dtype=weights.dtype, device=weights.device), weights)",
     "scores = torch.where(torch.isnan(scores), tensor(zero_division, dtype=scores.dtype, device=scores.device), "
     "scores)",
-    'return torch.where(ignore_mask, tensor(float("nan"), device=scores.device), scores)',
-)), _names)
+)
+REDUCE = Rewrite(tuple(Edit(s, swap(s)) for s in _REDUCE + (
+    'return torch.where(ignore_mask, tensor(float("nan"), device=scores.device), scores)',)), _names)
+#: 0.11: the last one is an assignment
+REDUCE_0 = Rewrite(tuple(Edit(s, swap(s)) for s in _REDUCE + (
+    'scores = torch.where(ignore_mask, tensor(float("nan"), device=scores.device), scores)',)), _names)
 
 _CHECKS = "torchmetrics.utilities.checks"
-_LEGACY = span("1.0.0", "1.6.3")
+_LEGACY = span("0.11.0", "1.6.3")
 
 
 def _one(module: str, qualname: str, fingerprint: str, build: Any, shared: bool = False) -> Target:
@@ -173,11 +188,20 @@ def _one(module: str, qualname: str, fingerprint: str, build: Any, shared: bool 
                   shared=shared)
 
 
+def _two(module: str, qualname: str, old: Tuple[str, Any], new: Tuple[str, Any]) -> Target:
+    """A target with one implementation in 0.11 and another in 1.0.0-1.6.3."""
+    return Target(module=module, qualname=qualname, present=_LEGACY, variants=(
+        Variant(span("0.11.0", "0.11.4"), old[0], old[1]), Variant(span("1.0.0", "1.6.3"), new[0], new[1])))
+
+
 PATCH = Patch(
     name="legacy_dice_checks",
     summary="the legacy Dice (until 1.6.3) reads target.min()/max() in its input checks on each update() and copies "
             "numbers in compute(); checks counted on the device and reported at compute(), numbers filled",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.10.3"),
+                      "0.10's Dice has no update of its own: it runs the legacy StatScores.update, which every "
+                      "legacy classification metric shares (their checks read the device as in 0.11); left alone"),),
     upstream="not fixed upstream (Dice was removed in 1.7.0)",
     changes="a Dice input failing a check raises the release's ValueError at the next compute(), once, the batch "
             "kept with its labels clamped (upstream: raised in update())",
@@ -196,14 +220,16 @@ PATCH = Patch(
     ),
     targets=(
         _one("torchmetrics.classification.dice", "Dice.update", "b9bbf0b964772961", build_update),
-        _one(_CHECKS, "_basic_input_validation", "553e06529addbed1", BASIC),
+        _two(_CHECKS, "_basic_input_validation", ("30bdd278637ba82b", BASIC_0), ("553e06529addbed1", BASIC)),
         Target(module=_CHECKS, qualname="_check_shape_and_type_consistency", present=_LEGACY, variants=(
+            Variant(span("0.11.0", "0.11.4"), "97bb341a311b6b5c", SHAPES),
             Variant(span("1.0.0", "1.5.2"), "651f1bd24b330dfe", SHAPES),
             Variant(span("1.6.0", "1.6.3"), "3c276878c9d32d19", SHAPES),  # annotation only
         )),
         _one(_CHECKS, "_check_classification_inputs", "34f09efa470af6e7", IMPLIED),
         _one(_CHECKS, "_check_num_classes_mc", "44500f7a0dd9d24b", NUM_CLASSES),
         _one("torchmetrics.utilities.data", "to_onehot", "3f33b8e848bcc9d5", build_to_onehot, shared=True),
-        _one("torchmetrics.functional.classification.stat_scores", "_reduce_stat_scores", "b2ec2e4cfd6aa0e3", REDUCE),
+        _two("torchmetrics.functional.classification.stat_scores", "_reduce_stat_scores",
+             ("ff6f53d846fcdcf3", REDUCE_0), ("b2ec2e4cfd6aa0e3", REDUCE)),
     ),
 )

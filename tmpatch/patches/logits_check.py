@@ -33,9 +33,9 @@ computed it only for logits, and ``preds`` comes back as a new tensor where the
 release could return the caller's. Integer ``preds`` (whose result's dtype depends on
 the values) keep the release's read.
 
-Releases: 1.0.0-1.6.0 patched (two or three fingerprints per target, differing
+Releases: 0.10.0-1.6.0 patched (three to five fingerprints per target, differing
 in annotations and, for the multiclass curve, the ``average`` argument of
-1.3.0+); 1.6.1+ not needed.
+1.3.0+; 0.10-0.11 spell the test ``(0 <= preds)``, the same values); 1.6.1+ not needed.
 """
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ from tmpatch.runtime.compiled import compiling
 from tmpatch.spec import Edit, Label, Patch, Rewrite, Target, UPSTREAM, Variant, since, span
 
 _CHECK = "if not torch.all((preds >= 0) * (preds <= 1)):\n    preds = preds.{}\n"
+#: 0.10-0.11 spell the same test ``(0 <= preds)``
+_CHECK_0 = "if not torch.all((0 <= preds) * (preds <= 1)):\n    preds = preds.{}\n"
 
 
 def _helpers(module: ModuleType) -> Dict[str, Callable[[Any], Any]]:
@@ -83,6 +85,8 @@ def _helpers(module: ModuleType) -> Dict[str, Callable[[Any], Any]]:
 #: the release's ``if not torch.all(...)``, as a device-side selection of the whole tensor
 SIGMOID = Rewrite((Edit(_CHECK.format("sigmoid()"), "preds = _tmpatch_sigmoid_if_logits(preds)"),), _helpers)
 SOFTMAX = Rewrite((Edit(_CHECK.format("softmax(1)"), "preds = _tmpatch_softmax_if_logits(preds)"),), _helpers)
+SIGMOID_0 = Rewrite((Edit(_CHECK_0.format("sigmoid()"), "preds = _tmpatch_sigmoid_if_logits(preds)"),), _helpers)
+SOFTMAX_0 = Rewrite((Edit(_CHECK_0.format("softmax(1)"), "preds = _tmpatch_softmax_if_logits(preds)"),), _helpers)
 
 _CALIBRATION = "torchmetrics.functional.classification.calibration_error"
 _STAT = "torchmetrics.functional.classification.stat_scores"
@@ -93,7 +97,7 @@ PATCH = Patch(
     name="logits_check",
     summary="stat-score, confusion-matrix, precision-recall-curve formatters and the multiclass "
             "calibration update pick sigmoid/softmax on the device, without a sync",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="fixed upstream in 1.6.1 (normalize_logits_if_needed, PR #2845)",
     changes="nothing but the sync: the results are the release's for every input",
     labels=(
@@ -108,6 +112,7 @@ PATCH = Patch(
             module=_STAT,
             qualname="_binary_stat_scores_format",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "261301317f173d5b", SIGMOID_0),
                 Variant(span("1.0.0", "1.5.2"), "37857f745517cc21", SIGMOID),
                 Variant(span("1.6.0"), "92601426b43ef741", SIGMOID),  # ``tuple`` annotation only
                 Variant(span("1.6.1", "1.9.0"), "a297ae208bd0bc69"),
@@ -117,6 +122,7 @@ PATCH = Patch(
             module=_STAT,
             qualname="_multilabel_stat_scores_format",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "546b875d6142a3c1", SIGMOID_0),
                 Variant(span("1.0.0", "1.5.2"), "ffe5389c9ea8765a", SIGMOID),
                 Variant(span("1.6.0"), "77b460a96404f312", SIGMOID),
                 Variant(span("1.6.1", "1.9.0"), "6f4c86c84bfb6e29"),
@@ -126,6 +132,7 @@ PATCH = Patch(
             module=_CONFUSION,
             qualname="_binary_confusion_matrix_format",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "896740cf48f4bf7a", SIGMOID_0),
                 Variant(span("1.0.0", "1.5.2"), "af734a55585421c7", SIGMOID),
                 Variant(span("1.6.0"), "b7af5997d4875998", SIGMOID),  # annotation only
                 Variant(span("1.6.1", "1.9.0"), "bf379e83297ca7a2"),
@@ -135,6 +142,8 @@ PATCH = Patch(
             module=_CONFUSION,
             qualname="_multilabel_confusion_matrix_format",
             variants=(
+                Variant(span("0.10.0", "0.10.3"), "121b438ea498c452", SIGMOID_0),  # ``_movedim``
+                Variant(span("0.11.0", "0.11.4"), "a5e1cd5a2ddb48ab", SIGMOID_0),
                 Variant(span("1.0.0", "1.5.2"), "e33b78794afdec7e", SIGMOID),
                 Variant(span("1.6.0"), "d925b7f6b6970778", SIGMOID),  # annotation only
                 Variant(span("1.6.1", "1.9.0"), "cf5cba04842a2f56"),
@@ -144,6 +153,7 @@ PATCH = Patch(
             module=_CURVE,
             qualname="_binary_precision_recall_curve_format",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "2dc49c3a43576242", SIGMOID_0),
                 Variant(span("1.0.0", "1.5.2"), "d99368eaf7778d5e", SIGMOID),
                 Variant(span("1.6.0"), "1f4443f231459b23", SIGMOID),  # annotation only
                 Variant(span("1.6.1", "1.8.0"), "9f54bb81bb7cf5f9"),
@@ -154,6 +164,7 @@ PATCH = Patch(
             module=_CURVE,
             qualname="_multiclass_precision_recall_curve_format",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "63fd914eefdd8ab2", SOFTMAX_0),
                 Variant(span("1.0.0", "1.2.1"), "98924752dc1c3649", SOFTMAX),
                 Variant(span("1.3.0.post0", "1.5.2"), "25f9956419d1a656", SOFTMAX),
                 Variant(span("1.6.0"), "337b4951bfd9a238", SOFTMAX),  # annotation
@@ -164,6 +175,7 @@ PATCH = Patch(
             module=_CURVE,
             qualname="_multilabel_precision_recall_curve_format",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "b05c767024468d6d", SIGMOID_0),
                 Variant(span("1.0.0", "1.5.2"), "5980e6dd69a6c76d", SIGMOID),
                 Variant(span("1.6.0"), "27b1312b274223df", SIGMOID),  # annotation only
                 Variant(span("1.6.1", "1.9.0"), "b8a3cc1fc193f5aa"),
@@ -173,6 +185,7 @@ PATCH = Patch(
             module=_CALIBRATION,
             qualname="_multiclass_calibration_error_update",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "b328782ffa724849", SOFTMAX_0),  # annotation too
                 Variant(span("1.0.0", "1.5.2"), "21b3a3e216134a63", SOFTMAX),
                 Variant(span("1.6.0"), "0d8e9b5338493252", SOFTMAX),
                 Variant(span("1.6.1", "1.9.0"), "abff5124c3c9ccb7"),

@@ -1,13 +1,13 @@
 """mean_default_weight: ``MeanMetric.update`` makes scalars on the device, not by copy.
 
-Defect: up to 1.6.1 ``MeanMetric.update(value, weight=1.0)`` turns the default
+Defect: up to 1.6.1 (0.10 and 0.11 too) ``MeanMetric.update(value, weight=1.0)`` turns the default
 weight into a tensor with ``torch.as_tensor(1.0, device=self.device)``: a
 host-to-device copy on every update of a CUDA metric. Upstream changed the
 default to ``None`` (``torch.ones_like(value)``) in 1.6.2 (PR #2943). On every
 release a Python scalar ``value`` or ``weight`` (``update(3.5)``) takes the same
 copy; that is not fixed upstream.
 
-Releases: every release from 1.0.0 (four implementations of ``update``). The
+Releases: every release from 0.10.0 (five implementations of ``update``). The
 wrapper makes Python ``float``/``int``/``bool`` values and weights with
 ``torch.full`` on the metric's device, in the dtype the release would give them,
 and hands them to the release's own ``update``. An integer outside int64 keeps the
@@ -69,7 +69,7 @@ def _builder(default_weight: Optional[float], metric_dtype: bool) -> Callable[[M
 PATCH = Patch(
     name="mean_default_weight",
     summary="MeanMetric.update copies its default weight (up to 1.6.1) and Python-scalar inputs from the host",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="default weight fixed in 1.6.2 by PR #2943; scalar inputs not fixed upstream",
     changes="nothing but the copy: states and results are the release's",
     labels=(
@@ -82,7 +82,9 @@ PATCH = Patch(
             module="torchmetrics.aggregation",
             qualname="MeanMetric.update",
             variants=(
-                Variant(span("1.0.0"), "6e3f5c74bfe0fd1f", _builder(1.0, metric_dtype=False)),
+                # 0.10.0-0.11.0: a fall-back for torch without ``broadcast_to`` (< 1.8), never taken here
+                Variant(span("0.10.0", "0.11.0"), "f41e9f37f0d97773", _builder(1.0, metric_dtype=False)),
+                Variant(span("0.11.1", "1.0.0"), "6e3f5c74bfe0fd1f", _builder(1.0, metric_dtype=False)),
                 Variant(span("1.0.1", "1.3.1"), "ce34105c60359a1f", _builder(1.0, metric_dtype=False)),
                 Variant(span("1.3.2", "1.6.1"), "3d99c072344ed130", _builder(1.0, metric_dtype=True)),
                 Variant(span("1.6.2", "1.9.0"), "d269d0596e64f1e5", _builder(None, metric_dtype=True)),

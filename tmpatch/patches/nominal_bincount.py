@@ -33,8 +33,9 @@ counts it in another cell or raises in ``update()``. Not covered (the release's 
 runs): the functional API (``cramers_v`` ...), the ``*_matrix`` functions, metrics built
 before ``apply()``. FleissKappa makes no sync.
 
-Releases: 1.0.0-1.9.0 (one implementation of each class ``update``; two of
-``_handle_nan_in_data``, differing in an annotation).
+Releases: 0.11.0-1.9.0 (the nominal metrics came in 0.11.0: nothing to repair in 0.10);
+one implementation of each class ``update``, two of ``_handle_nan_in_data``, differing in
+an annotation.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ from tmpatch.runtime import host
 from tmpatch.runtime import wrappers
 from tmpatch.runtime.compiled import compiling
 from tmpatch.patches.bincount import counting
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Route, Target, Variant, inline, since, span
+from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Route, Target, Variant, inline, since, span
 
 _CONFUSION = "torchmetrics.functional.classification.confusion_matrix"
 
@@ -150,16 +151,22 @@ DROP = Rewrite(
 )
 
 
+#: the nominal metrics, from 0.11.0
+_NOMINAL = since("0.11.0")
+
+
 def _update(module: str, qualname: str, fingerprint: str) -> Target:
-    return Target(module=module, qualname=qualname, variants=(Variant(span("1.0.0", "1.9.0"), fingerprint,
-                                                                      build_update),))
+    return Target(module=module, qualname=qualname, variants=(Variant(span("0.11.0", "1.9.0"), fingerprint,
+                                                                      build_update),), present=_NOMINAL)
 
 
 PATCH = Patch(
     name="nominal_bincount",
     summary="CramersV, PearsonsContingencyCoefficient, TheilsU and TschuprowsT count their table with "
             "torch.bincount (CUDA reads min and max) and drop NaN rows with a boolean index; counted in fixed bins",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.10.3"), "nothing to repair: the nominal metrics came in 0.11.0",
+                      needed=False),),
     upstream="not fixed upstream (the nominal updates call the confusion-matrix update and _bincount)",
     changes="a category outside [0, num_classes) is left out of the table and reported once at the next "
             "compute() (upstream counts it in another cell or raises in update())",
@@ -178,9 +185,10 @@ PATCH = Patch(
             module="torchmetrics.functional.nominal.utils",
             qualname="_handle_nan_in_data",
             variants=(
-                Variant(span("1.0.0", "1.5.2"), "10107520fa192509", DROP),
+                Variant(span("0.11.0", "1.5.2"), "10107520fa192509", DROP),
                 Variant(span("1.6.0", "1.9.0"), "50e996c6b5e64d73", DROP),  # annotation only
             ),
+            present=_NOMINAL,
         ),
     ),
 )

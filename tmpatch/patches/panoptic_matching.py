@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Tuple
 
 from tmpatch.runtime.device_tensors import device_tensor
 from tmpatch.patches.panoptic_preprocess import MATCHING
-from tmpatch.spec import PATCHED, Label, Patch, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Decline, Label, Patch, Target, Variant, since, span
 
 #: the most points of one sample on the device path (each matched IoU sum stays exact in double)
 MAX_POINTS = 2 ** 29
@@ -167,7 +167,8 @@ PATCH = Patch(
     name="panoptic_matching",
     summary="PanopticQuality and ModifiedPanopticQuality match segments on the host (torch.unique, tolist, an if "
             "per pair and per segment) for every sample of each update(); matched on the device",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.11.4"), "nothing to repair: PanopticQuality came in 1.0.0", needed=False),),
     upstream="not fixed upstream (host dictionaries in _panoptic_quality_update_sample)",
     requires=("panoptic_preprocess",),
     labels=(

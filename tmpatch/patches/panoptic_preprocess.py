@@ -49,7 +49,7 @@ from tmpatch.runtime import host
 from tmpatch.runtime.compiled import ContextSlot, compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.device_tensors import device_tensor
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
 #: the most runs of consecutive ids tested one by one; more use a lookup table
@@ -212,7 +212,8 @@ PATCH = Patch(
     name="panoptic_preprocess",
     summary="PanopticQuality and ModifiedPanopticQuality copy the category lists and void color to the device and "
             "read the unknown-category check on each update(); tested and put on the device, check at compute()",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.11.4"), "nothing to repair: PanopticQuality came in 1.0.0", needed=False),),
     upstream="not fixed upstream (_isin with arr.new(values), out.new(void_color) in _prepocess_inputs)",
     changes="unknown preds categories (allow_unknown_preds_category=False) raise the release's ValueError at the next "
             "compute(), once, the batch counted with those pixels void (upstream: raised in update())",

@@ -23,7 +23,7 @@ order (last-bit differences), so the release's selection is kept (one sync per u
 so is its ``torch.tensor(0, device=...)`` copy in the ``target.where(...)`` before it (a
 host value made a device tensor, not this patch's).
 
-Releases: 1.0.0-1.9.0 (four implementations of ``_perplexity_update``: ``F.softmax``
+Releases: 0.10.0-1.9.0 (four implementations of ``_perplexity_update``: ``F.softmax``
 before 1.2.1, the ``arange`` pick from 1.3.1, annotations from 1.6.0).
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ PATCH = Patch(
     name="perplexity_mask",
     summary="Perplexity selects every token through an all-True boolean mask (and indexes with a host arange) "
             "on each update() without ignore_index; the mask is applied only with ignore_index",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="not fixed upstream (probs[...][mask] in _perplexity_update)",
     labels=(
         Label(PATCHED, "Perplexity selects the tokens' probabilities through a boolean mask; without ignore_index "
@@ -56,7 +56,7 @@ PATCH = Patch(
             module="torchmetrics.functional.text.perplexity",
             qualname="_perplexity_update",
             variants=(
-                Variant(span("1.0.0", "1.2.0"), "d1fb08187dfdae50", DIAGONAL),
+                Variant(span("0.10.0", "1.2.0"), "d1fb08187dfdae50", DIAGONAL),
                 Variant(span("1.2.1", "1.3.0.post0"), "8cc8ed40494c1552", DIAGONAL),  # torch.nn.functional.softmax
                 Variant(span("1.3.1", "1.5.2"), "c9a0e040dc5c67ff", ARANGE),
                 Variant(span("1.6.0", "1.9.0"), "83fbf22ca38fa280", ARANGE),  # annotations

@@ -14,7 +14,8 @@ speaker ``j``, ``j`` followed by the permutations of ``n - 1`` speakers with eve
 fixed counts, a comparison and a concatenation per speaker, nothing read or copied. The
 same tensor, bit for bit. On the CPU, and for ``spk_num < 1``, the release's statement runs.
 
-Releases: 1.0.0-1.9.0 (one implementation).
+Releases: 0.10.0-1.9.0 (one implementation of ``_gen_permutations``, 1.0.0+; in 0.10-0.11 the
+same statement, transposed, sits in ``_find_best_perm_by_exhaustive_method``, edited there).
 """
 from __future__ import annotations
 
@@ -52,20 +53,28 @@ def _names(module: ModuleType) -> Dict[str, Any]:
 
 _TABLE = "ps = torch.tensor(list(permutations(range(spk_num))), device=device)"
 TABLE = Rewrite((Edit(_TABLE, f"ps = _tmpatch_permutations(spk_num, device)\nif ps is None:\n    {_TABLE}"),), _names)
+#: 0.10-0.11: the table is made (and transposed) inside ``_find_best_perm_by_exhaustive_method``
+_TABLE_0 = "ps = torch.tensor(list(permutations(range(spk_num))), device=metric_mtx.device).T"
+TABLE_0 = Rewrite((Edit(_TABLE_0, "ps = _tmpatch_permutations(spk_num, metric_mtx.device)\nif ps is None:\n"
+                                  f"    {_TABLE_0}\nelse:\n    ps = ps.T"),), _names)
 
 PATCH = Patch(
     name="pit_permutations",
     summary="PermutationInvariantTraining copies its table of speaker permutations to the device on the first update "
             "per speaker count and device; built on the device",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="not fixed upstream (torch.tensor(list(permutations(...)), device=...) in _gen_permutations)",
     labels=(
         Label(PATCHED, "PIT builds its permutation table on the host and copies it (first update per speaker count "
               "and device); the pit_permutations patch builds it on the device",
-              function="_gen_permutations", op="aten._to_copy"),
+              function="_gen_permutations|_find_best_perm_by_exhaustive_method", op="aten._to_copy"),
     ),
     targets=(
-        Target(module="torchmetrics.functional.audio.pit", qualname="_gen_permutations",
+        Target(module="torchmetrics.functional.audio.pit", qualname="_gen_permutations", present=since("1.0.0"),
                variants=(Variant(span("1.0.0", "1.9.0"), "a92c24173512f4f1", TABLE),)),
+        # there from 1.0.0 too, calling ``_gen_permutations``: a target up to 0.11.4 only
+        Target(module="torchmetrics.functional.audio.pit", qualname="_find_best_perm_by_exhaustive_method",
+               present=span("0.10.0", "0.11.4"), shared=True,
+               variants=(Variant(span("0.10.0", "0.11.4"), "0dfe1c4cf97cb998", TABLE_0),)),
     ),
 )

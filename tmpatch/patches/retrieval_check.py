@@ -27,7 +27,7 @@ Deliberate difference: a batch with a non-binary target is kept in the metric's 
 metrics built before ``apply()``. The ``ignore_index`` removal in
 ``_check_retrieval_inputs`` stays: the states keep the values that remain.
 
-Releases: 1.0.0-1.9.0 (two implementations of the check, differing in an annotation;
+Releases: 0.10.0-1.9.0 (two implementations of the check, differing in an annotation;
 one of each class ``update``).
 """
 from __future__ import annotations
@@ -110,7 +110,7 @@ PATCH = Patch(
     name="retrieval_check",
     summary="every retrieval metric but NDCG reads target.max() and target.min() on each update() to check "
             "for binary targets; the check is counted on the device and reported at compute()",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="not fixed upstream (no argument turns the check off)",
     changes="a non-binary retrieval target raises the release's ValueError at the next compute(), once, "
             "and that batch is in the states (upstream: raised in update(), batch not added)",
@@ -128,19 +128,19 @@ PATCH = Patch(
             module=_CHECKS,
             qualname="_check_retrieval_target_and_prediction_types",
             variants=(
-                Variant(span("1.0.0", "1.5.2"), "097673780a9872d6", build_check),
+                Variant(span("0.10.0", "1.5.2"), "097673780a9872d6", build_check),
                 Variant(span("1.6.0", "1.9.0"), "3fd183315c42c5ee", build_check),  # annotation only
             ),
         ),
         Target(
             module="torchmetrics.retrieval.base",
             qualname="RetrievalMetric.update",
-            variants=(Variant(span("1.0.0", "1.9.0"), "104945510509e2fe", build_update),),
+            variants=(Variant(span("0.10.0", "1.9.0"), "104945510509e2fe", build_update),),
         ),
         Target(
             module="torchmetrics.retrieval.precision_recall_curve",
             qualname="RetrievalPrecisionRecallCurve.update",
-            variants=(Variant(span("1.0.0", "1.9.0"), "104945510509e2fe", build_update),),
+            variants=(Variant(span("0.10.0", "1.9.0"), "104945510509e2fe", build_update),),
         ),
     ),
 )

@@ -7,9 +7,12 @@ pageable memory, which read uninitialised values on MPS, issue #3095). On
 1.0.0-1.3.2 it writes ``1`` into the caller's denominator instead.
 Fixed upstream in 1.9.0 (PR #3284: ``torch.full((), zd, dtype, device)``).
 
-Releases: 1.0.0-1.8.2 patched, one replacement per upstream implementation,
+Releases: 0.10.0-1.8.2 patched, one replacement per upstream implementation,
 each with that release's results; 1.9.0 not needed. The deliberate correction:
-on 1.0.0-1.3.2 the caller's denominator is no longer written into.
+on 0.10.0-1.3.2 the caller's denominator is no longer written into. There the
+write is a ``masked_fill_`` (no sync), but it reaches metric states: ExactMatch's
+``compute()`` hands its ``total`` state over as the denominator, so a compute
+before any update (total 0) set the state to 1 and every later result was off.
 The ``zero_division="warn"`` check (1.6.2+) still reads the device, as upstream.
 """
 from __future__ import annotations
@@ -21,7 +24,7 @@ from tmpatch.spec import Label, PATCHED, Patch, Target, Variant, since, span
 
 
 def _build_1_0(module: ModuleType) -> Callable[..., Any]:
-    """1.0.0-1.3.2: a zero denominator counts as 1 (the result is ``num``)."""
+    """0.10.0-1.3.2: a zero denominator counts as 1 (the result is ``num``)."""
 
     def _safe_divide(original: Callable, num: Any, denom: Any) -> Any:
         denom = denom.masked_fill(denom == 0.0, 1)  # upstream writes this into the caller's tensor
@@ -87,9 +90,9 @@ def _build_1_6_2(module: ModuleType) -> Callable[..., Any]:
 PATCH = Patch(
     name="safe_divide",
     summary="zero-division value made on the device; the caller's denominator left untouched",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="#2638, #3095; fixed in 1.9.0 by PR #3284",
-    changes=("results are the release's; on 1.0.0-1.3.2 the caller's denominator is no longer overwritten with 1 "
+    changes=("results are the release's; on 0.10.0-1.3.2 the caller's denominator is no longer overwritten with 1 "
              "(a deliberate correction)"),
     labels=(
         Label(PATCHED, "zero-division value copied from the host; fixed by the safe_divide patch",
@@ -100,7 +103,7 @@ PATCH = Patch(
             module="torchmetrics.utilities.compute",
             qualname="_safe_divide",
             variants=(
-                Variant(span("1.0.0", "1.3.2"), "0e62cc1d6fb198c4", _build_1_0),
+                Variant(span("0.10.0", "1.3.2"), "0e62cc1d6fb198c4", _build_1_0),
                 Variant(span("1.4.0", "1.4.0.post0"), "ae4b3c92c1cf40cb", _build_1_4_0),
                 Variant(span("1.4.1", "1.6.1"), "954abe7992a46ba4", _build_1_4_1),
                 Variant(span("1.6.2", "1.7.1"), "181ef5e1e741cc4d", _build_1_6_2),

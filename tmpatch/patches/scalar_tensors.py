@@ -24,13 +24,16 @@ for bit, on every input; on the CPU ``torch.tensor`` itself runs. Only these sta
 change: the boolean-mask selections of the hinge losses and Perplexity and the
 per-sample loop of ranking average precision are other syncs (other patches' business).
 
-Releases: 1.0.0-1.9.0 (two to four implementations of each function, differing in
-annotations, argument names and code around the statement, which is the same in all).
+Releases: 0.10.0-1.9.0 (two to five implementations of each function, differing in
+annotations, argument names and code around the statement, which is the same in all;
+ExactMatch and LogCoshError from 0.11.0).
 """
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
+
+from packaging.specifiers import SpecifierSet
 
 from tmpatch.runtime.device_tensors import built, swap
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
@@ -45,9 +48,14 @@ def _made_on_device(*statements: str) -> Rewrite:
     return Rewrite(tuple(Edit(s, swap(s)) for s in statements), _names)
 
 
-def _target(module: str, qualname: str, rewrite: Rewrite, *variants: Tuple[Any, str]) -> Target:
-    return Target(module=module, qualname=qualname,
+def _target(module: str, qualname: str, rewrite: Rewrite, *variants: Tuple[Any, str],
+            present: Optional[SpecifierSet] = None) -> Target:
+    return Target(module=module, qualname=qualname, present=present,
                   variants=tuple(Variant(releases, fingerprint, rewrite) for releases, fingerprint in variants))
+
+
+#: ExactMatch and LogCoshError came in 0.11.0
+_SINCE_0_11 = since("0.11.0")
 
 
 _CLS = "torchmetrics.functional.classification"
@@ -69,7 +77,7 @@ PATCH = Patch(
     name="scalar_tensors",
     summary="exact match, hinge losses, ranking average precision, LogCosh, Tweedie and Perplexity copy a "
             "Python number to the device (torch.tensor(n, device=...)) on each update(); made with torch.full",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="not fixed upstream (torch.tensor(n, device=...) in the update functions)",
     labels=(
         Label(PATCHED, "a Python number made into a device tensor with torch.tensor(n, device=...) (a host-to-device "
@@ -81,33 +89,38 @@ PATCH = Patch(
     ),
     targets=(
         _target(f"{_CLS}.exact_match", "_multiclass_exact_match_update", EXACT_MC,
+                (span("0.11.0", "0.11.4"), "001c99f9c4954646"),  # no ignore_index
                 (span("1.0.0", "1.5.2"), "2358230ade9f742f"),
-                (span("1.6.0", "1.9.0"), "d423e48b37f22df3")),  # annotation only
+                (span("1.6.0", "1.9.0"), "d423e48b37f22df3"),  # annotation only
+                present=_SINCE_0_11),
         _target(f"{_CLS}.exact_match", "_multilabel_exact_match_update", EXACT_ML,
-                (span("1.0.0", "1.5.2"), "44c90d22be464f91"),
+                (span("0.11.0", "1.5.2"), "44c90d22be464f91"),
                 (span("1.6.0", "1.7.1"), "272dbac4c17e90c3"),  # annotation only
-                (span("1.7.2", "1.9.0"), "d107ccc8ff4e78eb")),  # adds ignore_index
+                (span("1.7.2", "1.9.0"), "d107ccc8ff4e78eb"),  # adds ignore_index
+                present=_SINCE_0_11),
         _target(f"{_CLS}.hinge", "_binary_hinge_loss_update", HINGE,
-                (span("1.0.0", "1.5.2"), "2bc2c5cb531c3ebe"),
+                (span("0.10.0", "1.5.2"), "2bc2c5cb531c3ebe"),
                 (span("1.6.0", "1.9.0"), "57173fb842f5317e")),  # annotation only
         _target(f"{_CLS}.hinge", "_multiclass_hinge_loss_update", HINGE,
+                (span("0.10.0", "0.11.4"), "b541019da8727504"),  # the softmax check spelled ``(0 <= preds)``
                 (span("1.0.0", "1.5.2"), "33c74dc57b3e4076"),
                 (span("1.6.0"), "95aff742e3e21d24"),  # annotation only
                 (span("1.6.1", "1.9.0"), "c997d47e3a34048f")),  # normalize_logits_if_needed
         _target(f"{_CLS}.ranking", "_multilabel_ranking_average_precision_update", RANKING,
+                (span("0.10.0", "0.11.4"), "e4d18341fe1424c4"),  # ``score_idx = 1.0``
                 (span("1.0.0", "1.1.2"), "da8e63d13b753d59"),
                 (span("1.2.0", "1.5.2"), "1e40233313c3f416"),  # variable names
                 (span("1.6.0", "1.9.0"), "da10fee94481bf11")),  # annotation only
         Target(module=f"{_REG}.log_cosh", qualname="_log_cosh_error_update", variants=(
-            Variant(span("1.0.0", "1.1.2"), "8d47d31e70814030", LOG_COSH_OLD),
+            Variant(span("0.11.0", "1.1.2"), "8d47d31e70814030", LOG_COSH_OLD),
             Variant(span("1.2.0", "1.5.2"), "b8abc7ff9a4e4d88", LOG_COSH),  # variable names
             Variant(span("1.6.0", "1.9.0"), "69636cc2878e1d4b", LOG_COSH),  # annotation only
-        )),
+        ), present=_SINCE_0_11),
         _target(f"{_REG}.tweedie_deviance", "_tweedie_deviance_score_update", TWEEDIE,
-                (span("1.0.0", "1.5.2"), "f5e302d79c8e37f4"),
+                (span("0.10.0", "1.5.2"), "f5e302d79c8e37f4"),
                 (span("1.6.0", "1.9.0"), "78fa6f04f141e40d")),  # annotation only
         _target("torchmetrics.functional.text.perplexity", "_perplexity_update", PERPLEXITY,
-                (span("1.0.0", "1.2.0"), "d1fb08187dfdae50"),
+                (span("0.10.0", "1.2.0"), "d1fb08187dfdae50"),
                 (span("1.2.1", "1.3.0.post0"), "8cc8ed40494c1552"),
                 (span("1.3.1", "1.5.2"), "c9a0e040dc5c67ff"),
                 (span("1.6.0", "1.9.0"), "83fbf22ca38fa280")),

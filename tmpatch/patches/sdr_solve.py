@@ -22,7 +22,7 @@ Deliberate difference: a batch with a singular system is added to the states (up
 ``update()`` raised before); its SDR is whatever the solver gave (NaN or infinite) until
 ``reset()``.
 
-Releases: 1.0.0-1.9.0 (two spellings of the solve: a module alias ``solve`` until 1.2.0,
+Releases: 0.10.0-1.9.0 (two spellings of the solve: a module alias ``solve`` until 1.2.0,
 ``torch.linalg.solve`` from 1.2.1; one class ``update``).
 """
 from __future__ import annotations
@@ -127,7 +127,7 @@ PATCH = Patch(
     name="sdr_solve",
     summary="SignalDistortionRatio's torch.linalg.solve reads the solver's error code on each update(); the "
             "failures are counted on the device and reported at compute()",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="not fixed upstream (torch.linalg.solve always checks)",
     changes="a singular system raises torch's LinAlgError at the next compute(), once, the batch in the states "
             "(upstream: raised in update())",
@@ -139,10 +139,13 @@ PATCH = Patch(
     ),
     targets=(
         Target(module="torchmetrics.functional.audio.sdr", qualname="signal_distortion_ratio", variants=(
+            # 0.10: ``solve = torch.linalg.solve`` from torch 1.8 (a fall-back below, never taken here)
+            Variant(span("0.10.0", "0.10.3"), "862bc502821a6c96", _edit("solve")),
+            Variant(span("0.11.0", "0.11.4"), "aa0b6fc284d04b48", _edit("solve")),
             Variant(span("1.0.0", "1.2.0"), "c74594abad3b8610", _edit("solve")),
             Variant(span("1.2.1", "1.9.0"), "171e276254d99c9c", _edit("torch.linalg.solve")),
         )),
         Target(module="torchmetrics.audio.sdr", qualname="SignalDistortionRatio.update",
-               variants=(Variant(span("1.0.0", "1.9.0"), "346b759df3d2878c", build_update),)),
+               variants=(Variant(span("0.10.0", "1.9.0"), "346b759df3d2878c", build_update),)),
     ),
 )

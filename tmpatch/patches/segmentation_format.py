@@ -23,7 +23,7 @@ import textwrap
 from types import ModuleType
 from typing import Any, Dict, Tuple
 
-from tmpatch.spec import INHERENT, UPSTREAM, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import INHERENT, UPSTREAM, Decline, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
@@ -57,7 +57,10 @@ PATCH = Patch(
     name="segmentation_format",
     summary="MeanIoU and GeneralizedDiceScore (1.4.x) read preds and target to detect their format on each "
             "update(); known without a read for boolean (one-hot) inputs, one read instead of two otherwise",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.11.4"),
+                      "nothing to repair: the segmentation MeanIoU and GeneralizedDiceScore came in 1.4.0",
+                      needed=False),),
     upstream="fixed upstream in 1.5.0 (input_format argument)",
     labels=(
         Label(UPSTREAM, "MeanIoU/GeneralizedDiceScore 1.4.x read the inputs to detect index or one-hot format (fixed "

@@ -21,7 +21,7 @@ Deliberate difference: a batch that fails the check is added to the states (upst
 for such values, until ``reset()``. The functional API and metrics built before
 ``apply()`` keep the release's checks.
 
-Releases: 1.0.0-1.9.0 (two implementations of the function, differing in an annotation;
+Releases: 0.10.0-1.9.0 (two implementations of the function, differing in an annotation;
 one of the class ``update``).
 """
 from __future__ import annotations
@@ -117,7 +117,7 @@ PATCH = Patch(
     name="tweedie_checks",
     summary="TweedieDevianceScore (power 1, 2, < 0, > 1) reads torch.any(preds <= 0) (and targets) into an if on "
             "each update(); counted on the device and reported at compute()",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="not fixed upstream (no argument turns the checks off)",
     changes="an input outside the power's domain raises the release's ValueError at the next compute(), once, the "
             "batch in the states (upstream: raised in update())",
@@ -129,9 +129,9 @@ PATCH = Patch(
     ),
     targets=(
         Target(module="torchmetrics.functional.regression.tweedie_deviance", qualname="_tweedie_deviance_score_update",
-               variants=(Variant(span("1.0.0", "1.5.2"), "f5e302d79c8e37f4", CHECKS),
+               variants=(Variant(span("0.10.0", "1.5.2"), "f5e302d79c8e37f4", CHECKS),
                          Variant(span("1.6.0", "1.9.0"), "78fa6f04f141e40d", CHECKS))),  # annotation only
         Target(module="torchmetrics.regression.tweedie_deviance", qualname="TweedieDevianceScore.update",
-               variants=(Variant(span("1.0.0", "1.9.0"), "d0b7be3d64cc4405", build_update),)),
+               variants=(Variant(span("0.10.0", "1.9.0"), "d0b7be3d64cc4405", build_update),)),
     ),
 )

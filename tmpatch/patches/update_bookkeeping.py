@@ -40,8 +40,9 @@ and ``set_grad_enabled``'s ``__init__``/``__enter__``/``__exit__`` are recognise
 fingerprint (every torch release from 2.1.2 to 2.15.0): with another torch the patch is left
 alone (not recognised). No result, state, error or warning changes.
 
-Releases: 1.0.0-1.9.0 (one implementation of ``Metric.__setattr__`` and of
-``Metric._wrap_update``, which ``compiled_update`` edits too).
+Releases: 0.10.0-1.9.0 (two implementations of ``Metric.__setattr__``: 0.10-0.11 protect
+three constant names, 1.0.0+ six; one of ``Metric._wrap_update``, which ``compiled_update``
+edits too).
 """
 from __future__ import annotations
 
@@ -161,19 +162,20 @@ PATCH = Patch(
     name="update_bookkeeping",
     summary="every update() assigns its count, its cache flag and each state through nn.Module.__setattr__ "
             "(four Python frames for a plain store) and enters a grad-mode context manager (three more)",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="not fixed upstream (host time only; no sync)",
     relies_on=_TORCH,
     targets=(
         Target(
             module="torchmetrics.metric",
             qualname="Metric.__setattr__",
-            variants=(Variant(span("1.0.0", "1.9.0"), "0d04ad13fbd10ca1", build),),
+            variants=(Variant(span("0.10.0", "0.11.4"), "3383230dc727b07d", build),  # three constants, not six
+                      Variant(span("1.0.0", "1.9.0"), "0d04ad13fbd10ca1", build)),
         ),
         Target(
             module="torchmetrics.metric",
             qualname="Metric._wrap_update",
-            variants=(Variant(span("1.0.0", "1.9.0"), "204d7412e16fe670", GRAD_MODE),),
+            variants=(Variant(span("0.10.0", "1.9.0"), "204d7412e16fe670", GRAD_MODE),),
         ),
     ),
 )

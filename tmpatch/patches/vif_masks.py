@@ -24,7 +24,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict
 
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
 def _helpers(module: ModuleType) -> Dict[str, Any]:
@@ -58,7 +58,10 @@ PATCH = Patch(
     name="vif_masks",
     summary="VisualInformationFidelity copies variances through boolean masks, 16 syncs per update and "
             "channel on CUDA; selected on the device instead",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.11.4"),
+                      "nothing to repair: VisualInformationFidelity came in 1.1.0",
+                      needed=False),),
     upstream="not fixed upstream (sigma_v_sq[mask] = sigma_preds_sq[mask] in _vif_per_channel)",
     labels=(
         Label(PATCHED, "VIF copies local variances through boolean masks; the vif_masks patch selects with "

@@ -30,7 +30,7 @@ Repair (edits of one statement each, :mod:`tmpatch.engine.rewrite`):
 boolean index before the base metric's update: a data-dependent size the base metric sees;
 that one stays (``remove_nans=False`` has none).
 
-Releases: 1.0.0-1.9.0 (two implementations of ``_get_args_kwargs_by_output``, four of
+Releases: 0.10.0-1.9.0 (three implementations of ``_get_args_kwargs_by_output``, four of
 ``BootStrapper.update``, all with the same statement).
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ PATCH = Patch(
     name="wrapper_indices",
     summary="MultioutputWrapper copies each output's index to the device, BootStrapper its host-drawn sample "
             "indices with a blocking copy, on each update(); made with torch.full / copied from pinned memory",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="not fixed upstream (torch.tensor(i, device=...) in MultioutputWrapper, .to(device) in BootStrapper)",
     labels=(
         Label(PATCHED, "MultioutputWrapper makes each output's index with torch.tensor(i, device=...) (a copy); "
@@ -93,11 +93,12 @@ PATCH = Patch(
     ),
     targets=(
         Target(module=f"{_WRAPPERS}.multioutput", qualname="MultioutputWrapper._get_args_kwargs_by_output", variants=(
+            Variant(span("0.10.0", "0.11.4"), "972a04394abad2a1", MULTIOUTPUT),  # keyword arguments not squeezed
             Variant(span("1.0.0", "1.5.2"), "a93453bc13145ac4", MULTIOUTPUT),
             Variant(span("1.6.0", "1.9.0"), "b847eeaa00f31a34", MULTIOUTPUT),  # annotation only
         )),
         Target(module=f"{_WRAPPERS}.bootstrapping", qualname="BootStrapper.update", variants=(
-            Variant(span("1.0.0", "1.1.1"), "c7bb6811d0b1e38a", BOOTSTRAP),
+            Variant(span("0.10.0", "1.1.1"), "c7bb6811d0b1e38a", BOOTSTRAP),
             Variant(span("1.1.2", "1.3.2"), "7a3e958ac13123f9", BOOTSTRAP),  # sizes read once; empty samples skipped
             Variant(span("1.4.0", "1.6.1"), "d6427c7fba6f097f", BOOTSTRAP),  # keyword sizes from a dict
             Variant(span("1.6.2", "1.9.0"), "3e24f9c9af37fdea", BOOTSTRAP),  # annotations only

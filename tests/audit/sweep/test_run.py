@@ -110,6 +110,8 @@ def test_source_8_is_labelled_not_covered(sweep):
     HausdorffDistance's (edge_distances, where the release has it) are sync-free."""
     names = {r.name: r for r in sweep.audited}
     name = "MultilabelRankingAveragePrecision"
+    if name not in names:  # 0.10: torchmetrics exports the legacy LabelRankingAveragePrecision instead
+        pytest.skip(f"{name} is not a top-level class of torchmetrics {sweep.release}")
     assert names[name].status() == "not covered", name
     assert any("source 8" in reason for _, _, _, reason in names[name].remaining()), name
     for name in ("PanopticQuality", "ModifiedPanopticQuality", "HausdorffDistance"):

@@ -33,6 +33,11 @@ CURVES = {
 }
 #: ``average`` of the multiclass curve ("micro": one-hot, flattened) from 1.3.0
 MULTICLASS_CURVE_AVERAGE = release_in(">=1.3.0")
+#: 0.10.0-0.10.1: the release's ``_bincount`` counts with ``index_add_`` (no device read; an int64 index
+#: only, counts in the input's dtype, IndexError out of range), not ``torch.bincount``
+INDEX_ADD = release_in("<0.10.2")
+#: the error the release's ``_bincount`` gives for a negative value
+NEGATIVE = (IndexError, "out of range") if INDEX_ADD else (RuntimeError, "non-negative")
 
 
 def apply() -> None:

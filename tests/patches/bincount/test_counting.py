@@ -56,11 +56,13 @@ def test_in_range_counts_are_bitwise_torch_bincount_and_the_releases(case, deter
     expected = torch.bincount(x, minlength=minlength)
     cases.apply()
     torch.use_deterministic_algorithms(deterministic)  # the release: a loop (1.0-1.2.0) or a mesh (1.2.1+)
-    release = tmpatch.get_original(data._bincount)(x, minlength=minlength)
+    comparable = not cases.INDEX_ADD or x.dtype == torch.int64  # index_add_: int64 (every caller's) only
+    release = tmpatch.get_original(data._bincount)(x, minlength=minlength) if comparable else None
     got, reported = _recorded(x, minlength)
     torch.use_deterministic_algorithms(False)
     assert_bitwise(got, expected)
-    assert_bitwise(got, release)
+    if comparable:
+        assert_bitwise(got, release)
     assert reported == 0
 
 
@@ -80,7 +82,7 @@ def test_out_of_range_values_are_left_out_and_reported_unless_vouched_for(values
 def test_outside_a_recorded_update_the_release_runs():
     cases.apply()
     original = tmpatch.get_original(data._bincount)
-    with pytest.raises(RuntimeError, match="non-negative"):
+    with pytest.raises(cases.NEGATIVE[0], match=cases.NEGATIVE[1]):
         data._bincount(torch.tensor([0, -1]), minlength=3)  # functional path: the release's error
     x = torch.tensor([0, 2, 2])
     assert_bitwise(data._bincount(x, minlength=5), original(x, minlength=5))

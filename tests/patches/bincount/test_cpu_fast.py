@@ -87,23 +87,27 @@ def test_an_invalid_class_takes_the_recorded_update_and_is_reported(index, opene
 
 
 # -- the ways of a CPU update ---------------------------------------------------------------------
+#: 0.10.0-0.10.1 count with ``index_add_``, which raises IndexError: their classes are read first
+FIRST = metrics.CHECKED if cases.INDEX_ADD else metrics.RELEASE_FIRST
+
+
 def _way(metric, preds, target):
     curve = isinstance(metric, (cls.BinaryPrecisionRecallCurve, cls.MulticlassPrecisionRecallCurve))
     return metrics.cpu_way(metric, preds, target, curve)
 
 
 @pytest.mark.parametrize("make, labels, way", [
-    (lambda: cls.MulticlassAccuracy(C, validate_args=False), False, metrics.RELEASE_FIRST),
+    (lambda: cls.MulticlassAccuracy(C, validate_args=False), False, FIRST),
     (lambda: cls.MulticlassAccuracy(C, average="micro", validate_args=False), False, metrics.CHECKED),
     (lambda: cls.MulticlassAccuracy(C, validate_args=False), True, metrics.CHECKED),
     (lambda: cls.MulticlassAccuracy(C, validate_args=True), False, metrics.CHECKED),
     (lambda: cls.MulticlassAccuracy(C, top_k=2, validate_args=False), False, metrics.RELEASE),
-    (lambda: cls.MulticlassConfusionMatrix(C, validate_args=False), False, metrics.RELEASE_FIRST),
-    (lambda: cls.MulticlassPrecisionRecallCurve(C, thresholds=5, validate_args=False), False, metrics.RELEASE_FIRST),
+    (lambda: cls.MulticlassConfusionMatrix(C, validate_args=False), False, FIRST),
+    (lambda: cls.MulticlassPrecisionRecallCurve(C, thresholds=5, validate_args=False), False, FIRST),
     (lambda: cls.MulticlassPrecisionRecallCurve(C, thresholds=None, validate_args=False), False, metrics.RELEASE),
-    (lambda: cls.BinaryConfusionMatrix(validate_args=False), False, metrics.RELEASE_FIRST),
+    (lambda: cls.BinaryConfusionMatrix(validate_args=False), False, FIRST),
     (lambda: cls.BinaryConfusionMatrix(validate_args=False), True, metrics.CHECKED),
-    (lambda: cls.BinaryAUROC(thresholds=10, validate_args=False), False, metrics.RELEASE_FIRST),
+    (lambda: cls.BinaryAUROC(thresholds=10, validate_args=False), False, FIRST),
     (lambda: cls.MultilabelConfusionMatrix(3, validate_args=False), False, metrics.CHECKED),
 ])
 def test_each_path_takes_its_way(make, labels, way):
@@ -132,7 +136,7 @@ def test_deterministic_mode_records_every_counting_update():
         assert _way(cls.BinaryAUROC(thresholds=10), torch.rand(8), torch.randint(0, 2, (8,))) == metrics.RECORDED
     finally:
         torch.use_deterministic_algorithms(False)
-    assert _way(metric, preds, target) == metrics.RELEASE_FIRST
+    assert _way(metric, preds, target) == FIRST
 
 
 class _Repeats(torch.overrides.TorchFunctionMode):
@@ -198,6 +202,7 @@ def _raises_and_keeps_the_states(metric, preds, target, at, bad):
     lambda ii: cls.MulticlassConfusionMatrix(C, ignore_index=ii, validate_args=False),
     lambda ii: cls.MulticlassPrecisionRecallCurve(C, thresholds=4, ignore_index=ii, validate_args=False),
 ])
+@pytest.mark.skipif(cases.INDEX_ADD, reason="0.10.0-0.10.1 raise IndexError: no RELEASE_FIRST way there")
 def test_the_release_raises_on_every_invalid_multiclass_target_without_touching_a_state(make, bad):
     """What RELEASE_FIRST stands on, checked against each release: the unpatched update raises
     and leaves the states as they were."""
@@ -211,6 +216,7 @@ def test_the_release_raises_on_every_invalid_multiclass_target_without_touching_
     lambda: cls.BinaryPrecisionRecallCurve(thresholds=5, validate_args=False),
     lambda: cls.BinaryAUROC(thresholds=torch.tensor([-float("inf"), 0.5, float("inf")]), validate_args=False),
 ])
+@pytest.mark.skipif(cases.INDEX_ADD, reason="0.10.0-0.10.1 raise IndexError: no RELEASE_FIRST way there")
 def test_the_release_raises_on_every_invalid_binary_target_without_touching_a_state(make, bad):
     cases.unpatched()
     _raises_and_keeps_the_states(make(), torch.rand(6), torch.tensor([0, 1, 1, 0, 1, 0]), 5, bad)

@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise
+from tests.conftest import examples, assert_bitwise, release_in
 from tests.patches.bincount import cases
 from tests.patches.bincount.cases import AVERAGES, CONFUSION, CURVES, MESSAGE, MULTICLASS_CURVE_AVERAGE, STAT_SCORES
 from tmpatch.runtime import policies
@@ -189,9 +189,11 @@ def test_reported_once_then_afresh_and_reset_reports_first():
 
 
 def test_forward_reports_at_the_users_compute():
+    alone = cls.MulticlassRecall(num_classes=4, validate_args=False)(torch.tensor([1]), torch.tensor([1]))
     cases.apply()
     metric = cls.MulticlassRecall(num_classes=4, validate_args=False)
-    assert metric(torch.tensor([0, 1]), torch.tensor([7, 1])).item() == 1.0  # the valid position alone
+    # the valid position alone (1.0 from 1.0.0; 0.10-0.11 average over classes without support too: 0.25)
+    assert metric(torch.tensor([0, 1]), torch.tensor([7, 1])).item() == alone.item()
     metric(torch.tensor([0, 1]), torch.tensor([0, 1]))
     with pytest.raises(RuntimeError, match=r"^tmpatch bincount: 1 value\(s\)"):
         metric.compute()
@@ -255,15 +257,17 @@ def test_metrics_built_before_apply_and_functional_calls_are_the_releases():
 
     early = cls.MulticlassAccuracy(num_classes=5, validate_args=False)
     cases.apply()
-    with pytest.raises(RuntimeError, match="non-negative"):
+    error, text = cases.NEGATIVE
+    with pytest.raises(error, match=text):
         early.update(torch.tensor([0, 1]), torch.tensor([0, -1]))
-    with pytest.raises(RuntimeError, match="non-negative"):
+    with pytest.raises(error, match=text):
         multiclass_accuracy(torch.tensor([0, 1]), torch.tensor([0, -1]), num_classes=5, validate_args=False)
-    with pytest.raises(RuntimeError, match="non-negative"):
+    with pytest.raises(error, match=text):
         data._bincount(torch.tensor([0, -1]), minlength=3)
     early.reset()
     early.update(torch.tensor([0, 1]), torch.tensor([0, 1]))
-    assert early.compute().item() == 1.0
+    # 1.0 from 1.0.0; 0.10-0.11 average over the classes without support too
+    assert early.compute().item() == multiclass_accuracy(torch.tensor([0, 1]), torch.tensor([0, 1]), num_classes=5)
 
 
 #: where the release does not fail in update() on a target outside the classes but counts it
@@ -286,6 +290,8 @@ SILENT_UPSTREAM = {
 def test_where_upstream_counts_an_invalid_target_silently_the_report_is_a_correction(name):
     """docs/results.rst (bincount): the release does not always fail in update(); for these it returns a
     value that counted the invalid target. Patched, the report comes at compute() as elsewhere."""
+    if name.endswith("-micro") and release_in("<0.10.2"):
+        pytest.skip("0.10.0-0.10.1 have no micro branch: the release's index_add_ counts raise IndexError")
     build, preds, target = SILENT_UPSTREAM[name]
     metric = build()
     metric.update(preds, target)  # the release: no error

@@ -82,8 +82,8 @@ def test_covered_updates_are_sync_free_on_simulated_cuda(name, ignore):
     unpatched = audit(make(ignore).update, preds, target, real=False)
     ops = {(p.function, p.op) for p in unpatched.sync_points}
     micro = name.endswith("micro")
-    if not micro:  # the release counts with _bincount (micro stat scores and micro curves count otherwise)
-        assert ("_bincount", "aten.bincount") in ops, str(unpatched)
+    if not micro and not cases.INDEX_ADD:  # the release counts with _bincount (micro stat scores and micro
+        assert ("_bincount", "aten.bincount") in ops, str(unpatched)  # curves count otherwise)
     if ignore is not None or kind == "multilabel":  # boolean removals (multilabel: of negative codes, always)
         assert any(_ignore_removal(p) for p in unpatched.sync_points), str(unpatched)
     cases.apply()
@@ -121,10 +121,12 @@ def test_unpatched_metrics_still_sync():
     """The audit sees the syncs these tests remove (so the patched zero means something)."""
     from tmpatch.audit import audit
 
-    preds, target = _inputs("multiclass", None)
-    assert audit(cls.MulticlassAccuracy(4, validate_args=False).update, preds, target, real=False).count >= 1
+    ignore = -1 if cases.INDEX_ADD else None  # 0.10.0-0.10.1 count without a read: the ignore_index removal
+    preds, target = _inputs("multiclass", ignore)
+    make = lambda: cls.MulticlassAccuracy(4, ignore_index=ignore, validate_args=False)  # noqa: E731
+    assert audit(make().update, preds, target, real=False).count >= 1
     cases.apply()
-    early = cls.MulticlassAccuracy(4, validate_args=False)
+    early = make()
     policies.current["bincount"] = "eager"
     try:
         assert audit(early.update, preds, target, real=False).count >= 1  # eager: the release's update

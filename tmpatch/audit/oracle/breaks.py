@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 from tmpatch.audit.oracle.locate import short_path
-from tmpatch.audit.oracle.sim import copy_modules
 
 log = logging.getLogger("tmpatch")
 
@@ -75,6 +74,10 @@ def graph_breaks(fn: Callable[..., Any], *args: Any, steps: int = 3, **kwargs: A
     import torch
     import torch._dynamo
     from torch._dynamo.utils import counters
+
+    # here, not at the top: the command line's text imports this module, and below the audit's
+    # torch floor the simulation cannot be imported (the command line says why instead)
+    from tmpatch.audit.oracle.sim import copy_modules
 
     result = Breaks(steps=steps)
     with warnings.catch_warnings():

@@ -43,6 +43,9 @@ GENERAL_LABELS: Tuple[Label, ...] = (
     Label(VALIDATION, "input validation (validate_args=True)",
           function=r"_\w*(validation|validate\w*|_check\w*)|_check_same_shape"),
     Label(INHERENT, "unbinned curve at compute: the distinct scores set the curve's length", function="_binary_clf_curve"),
+    Label(INHERENT, "unbinned curve at compute (0.10-0.11): the curve stops where recall is full, found with "
+          "torch.where, so its length depends on the values", function="_binary_precision_recall_curve_compute",
+          op="aten.nonzero"),
     Label(INHERENT, "curve at compute: the release reads whether the target has positive and negative samples, "
           "to warn (compute's result is read anyway)",
           function=r"_\w*(roc|precision_recall_curve|auroc|average_precision)_compute", op="aten._local_scalar_dense"),

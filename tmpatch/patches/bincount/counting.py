@@ -76,16 +76,32 @@ class Update:
             RECORD.note(self.metric, skip, deferred.SUM, -1)
 
 
+#: int32 and int64 -> the most classes ``clamp`` can bound there (filled when the patch is built: a
+#: first fill inside compiled code would be a guard that fails at the next step, a recompile; torch
+#: 2.0's dtypes have no ``itemsize``)
+_WIDE: dict = {}
+
+
+def fill_wide() -> None:
+    """Fill :data:`_WIDE` (once)."""
+    if not _WIDE:
+        import torch
+
+        _WIDE.update({torch.int32: 2 ** 31, torch.int64: 2 ** 63})
+
+
 def _wide_int(dtype: Any) -> bool:
     """int32 or int64: ``clamp`` takes any class count of ours there (int8/16 and uint8 would
     overflow on a large one)."""
-    return dtype.is_signed and dtype.itemsize >= 4 and not dtype.is_floating_point and not dtype.is_complex
+    if not _WIDE:
+        fill_wide()
+    return dtype in _WIDE
 
 
 def outside(x: Any, count: int) -> Any:
     """Where ``x`` is not a class of ``[0, count)`` (NaN included): for int32/int64 tensors
     ``clamp`` and ``!=`` (two kernels; on a launch-bound GPU each costs host time)."""
-    if _wide_int(x.dtype) and 1 <= count <= 2 ** (8 * x.dtype.itemsize - 1):
+    if _wide_int(x.dtype) and 1 <= count <= _WIDE[x.dtype]:
         return x.clamp(0, count - 1) != x
     if x.dtype.is_floating_point:
         return ~((x >= 0) & (x < count))
@@ -143,6 +159,7 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
     no ``minlength``) the release's own ``_bincount`` runs."""
     import torch
 
+    fill_wide()
     where, int64, int32, bincount, put = torch.where, torch.int64, torch.int32, torch.bincount, torch.put
     new_zeros = torch.zeros
     deterministic = getattr(torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled)

@@ -48,8 +48,23 @@ _AMINMAX: Any = None
 _INTEGRAL: Any = frozenset()
 _DETERMINISTIC: Any = None
 #: False where the release's _bincount counts with a loop or a mesh on the CPU too
-#: (torch_xla installed: ``_XLA_AVAILABLE``), which drops codes out of range without an error
+#: (torch_xla installed: ``_XLA_AVAILABLE``), which drops codes out of range without an error,
+#: or with ``index_add_`` (0.10.0-0.10.1), which raises IndexError, not RuntimeError
 _FIRST = False
+
+
+def _raises_first(data: Any) -> bool:
+    """Whether the release's ``_bincount`` (module ``data``) counts with ``torch.bincount`` on
+    the CPU outside deterministic mode, raising a RuntimeError on a negative code: from 0.11.2
+    unless torch_xla is installed (``_XLA_AVAILABLE``); 0.10.2-0.11.1 have no XLA branch."""
+    if data is None:
+        return False
+    if hasattr(data, "_XLA_AVAILABLE"):
+        return not data._XLA_AVAILABLE
+    from packaging.version import Version
+
+    release = getattr(sys.modules.get("torchmetrics"), "__version__", None)
+    return isinstance(release, str) and Version("0.10.2") <= Version(release) < Version("0.11.2")
 
 
 #: the ways of a CPU update (:func:`cpu_way`); 0 (falsy): recorded
@@ -144,7 +159,7 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
         Tensor, _AMINMAX = torch.Tensor, torch.aminmax
         _INTEGRAL = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
         _DETERMINISTIC = getattr(torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled)
-        _FIRST = not getattr(sys.modules.get("torchmetrics.utilities.data"), "_XLA_AVAILABLE", True)
+        _FIRST = _raises_first(sys.modules.get("torchmetrics.utilities.data"))
         recorded = RECORD.deferred
 
         # installed itself (spec.inline: no wrapper's frame on every counting update), with the

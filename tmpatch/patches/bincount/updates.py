@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from tmpatch.runtime import deferred
 from tmpatch.patches.bincount.counting import (
-    Update, _wide_int, current, not_binary, outside, recorded, table,
+    Update, _wide_int, current, fill_wide, not_binary, outside, recorded, table,
 )
 from tmpatch.spec import Edit, Rewrite, gated
 
@@ -518,6 +518,7 @@ def recording() -> bool:
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
+    fill_wide()  # before any compiled call reads it
     return {
         "_tmpatch_recording": recording,
         "_tmpatch_class_codes": class_codes,
@@ -570,6 +571,31 @@ STAT_SCORES = Rewrite(
 #: ``_multiclass_confusion_matrix_update`` (every release)
 MULTICLASS_CONFUSION = Rewrite(
     (Edit(_CLASS_CODES, _kept(_CLASS_CODES, "unique_mapping = _tmpatch_class_codes(preds, target, num_classes)")),),
+    _names,
+)
+
+# -- 0.10.0-0.11.4: the same statements, spelled as the release spelled them -------------------
+#: up to 0.11.2 the multiclass codes are cast after the arithmetic (a narrow target overflows there;
+#: the helper's codes are exact: fixed upstream in 0.11.3)
+_CLASS_CODES_0 = "unique_mapping = (target * num_classes + preds).to(torch.long)\n"
+
+#: ``_multiclass_stat_scores_update`` of 0.10.2-0.11.2
+STAT_SCORES_0 = Rewrite(
+    (
+        STAT_SCORES.edits[0],
+        Edit(_FLAT + _IGNORE + _CLASS_CODES_0,
+             _FLAT + "unique_mapping = _tmpatch_class_codes(preds, target, num_classes, ignore_index)\n"
+             "if unique_mapping is None:\n" + _block(_IGNORE + _CLASS_CODES_0)),
+        STAT_SCORES.edits[2],
+    ),
+    _names,
+)
+#: ``_multiclass_stat_scores_update`` of 0.10.0-0.10.1: no ``average`` argument, no micro branch
+STAT_SCORES_0_10 = Rewrite(STAT_SCORES_0.edits[1:], _names)
+
+#: ``_multiclass_confusion_matrix_update`` of 0.10.0-0.11.2
+MULTICLASS_CONFUSION_0 = Rewrite(
+    (Edit(_CLASS_CODES_0, _kept(_CLASS_CODES_0, "unique_mapping = _tmpatch_class_codes(preds, target, num_classes)")),),
     _names,
 )
 
@@ -628,6 +654,30 @@ _MULTILABEL_CURVE = (
 MULTILABEL_CURVE = Rewrite(
     (Edit(_MULTILABEL_CURVE,
           _kept(_MULTILABEL_CURVE,
+                "unique_mapping = _tmpatch_multilabel_curve_codes(preds_t, preds, target, num_labels, len_t)")),),
+    _names,
+)
+
+# -- 0.10.0-0.11.4: the curves' codes inside the update functions (no ``_vectorized`` helper, no
+# loop), the target not cast to int64 (one_hot gives int64; the other targets are 0 or 1 there)
+_BINARY_CURVE_0 = ("unique_mapping = preds_t + 2 * target.unsqueeze(-1) + 4 * torch.arange(len_t, "
+                   "device=target.device)\n")
+BINARY_CURVE_0 = Rewrite(
+    (Edit(_BINARY_CURVE_0,
+          _kept(_BINARY_CURVE_0, "unique_mapping = _tmpatch_binary_curve_codes(preds_t, target, len_t)")),),
+    _names,
+)
+_MULTICLASS_CURVE_0 = _MULTICLASS_CURVE.replace("target_t.long()", "target_t")
+MULTICLASS_CURVE_0 = Rewrite(
+    (Edit(_MULTICLASS_CURVE_0,
+          _kept(_MULTICLASS_CURVE_0,
+                "unique_mapping = _tmpatch_multiclass_curve_codes(preds_t, target, num_classes, len_t)")),),
+    _names,
+)
+_MULTILABEL_CURVE_0 = _MULTILABEL_CURVE.replace("target.long()", "target")
+MULTILABEL_CURVE_0 = Rewrite(
+    (Edit(_MULTILABEL_CURVE_0,
+          _kept(_MULTILABEL_CURVE_0,
                 "unique_mapping = _tmpatch_multilabel_curve_codes(preds_t, preds, target, num_labels, len_t)")),),
     _names,
 )

@@ -1,6 +1,6 @@
 """coalesced_sync: a metric's states, and a MetricCollection's, synced in two collectives.
 
-Defect (a cost, every release 1.0.0-1.9.0): ``Metric._sync_dist`` hands each
+Defect (a cost, every release 0.10.0-1.9.0): ``Metric._sync_dist`` hands each
 state to ``gather_all_tensors`` on its own, and that makes a ``barrier``, an
 ``all_gather`` of the local shape (not for 0-d states) and an ``all_gather`` of
 the data: 2-3 collectives per state, every one a point where all ranks wait
@@ -8,13 +8,13 @@ the data: 2-3 collectives per state, every one a point where all ranks wait
 for every member; ``forward()`` with ``dist_sync_on_step=True`` on every step.
 Upstream only pre-concatenates list states (torchmetrics PR #217); no issue.
 
-What the patch does: wraps ``Metric._sync_dist`` (3 implementations: 1.0.0-1.3.2,
+What the patch does: wraps ``Metric._sync_dist`` (3 implementations: 0.10.0-1.3.2,
 1.4.0/1.4.0.post0, 1.4.1-1.9.0) so that every tensor it would gather goes in one
 exchange of two ``all_gather`` calls (:mod:`.wire`), then runs the release's own
 ``_sync_dist`` with a ``dist_sync_fn`` that hands back the gathered tensors
 (:mod:`.plan`): stacking, list flattening and every reduction (sum, mean, max,
 min, cat, None, custom callables) are the release's. Wraps
-``MetricCollection.compute`` (2 implementations) so that the members about to
+``MetricCollection.compute`` (3 implementations) so that the members about to
 sync exchange their states together (two ``all_gather`` per process group and
 device), before they compute (:mod:`.flow`). The deferred reports' records
 (:mod:`tmpatch.runtime.deferred`, when it has ``local_records``/``set_synced``) ride in
@@ -127,7 +127,7 @@ def _build_collection_compute(module: ModuleType) -> Callable[..., Any]:
 PATCH = Patch(
     name="coalesced_sync",
     summary="metric states sync across ranks in two collectives per metric or per MetricCollection",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="none (every release gathers each state on its own; PR #217 pre-concatenates list states)",
     changes="a rank that does not run coalesced_sync makes the sync fail (timeout or a clear error), never a value",
     targets=(
@@ -135,7 +135,7 @@ PATCH = Patch(
             module="torchmetrics.metric",
             qualname="Metric._sync_dist",
             variants=(
-                Variant(span("1.0.0", "1.3.2"), "1d74f45e742cadc5", _build_sync_dist),
+                Variant(span("0.10.0", "1.3.2"), "1d74f45e742cadc5", _build_sync_dist),
                 Variant(span("1.4.0", "1.4.0.post0"), "b4c07d74bf52ab7a", _build_sync_dist),
                 Variant(span("1.4.1", "1.9.0"), "ea31593b2f29b2fd", _build_sync_dist),
             ),
@@ -144,6 +144,7 @@ PATCH = Patch(
             module="torchmetrics.collections",
             qualname="MetricCollection.compute",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "97cc99497c252f69", _build_collection_compute),
                 Variant(span("1.0.0", "1.5.2"), "efbd8312bb0b8610", _build_collection_compute),
                 Variant(span("1.6.0", "1.9.0"), "ebc04c290ed14244", _build_collection_compute),
             ),

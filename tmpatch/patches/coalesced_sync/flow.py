@@ -124,9 +124,10 @@ def sync_dist(rules: Rules, original: Callable[..., Any], metric: Any, *args: An
     return _finish(original, metric, replay, process_group, result.totals.get(0, {}))
 
 
-def will_sync(metric: Any, rules: Rules, metric_class: type, default_fn: Any) -> bool:
+def will_sync(metric: Any, rules: Rules, metric_class: type, default_fn: Any, default_available: Any) -> bool:
     """Whether ``metric.compute()`` is about to sync through the patched ``_sync_dist``
-    with the default gather (as ``Metric._wrap_compute`` and ``Metric.sync`` decide)."""
+    with the default gather (as ``Metric._wrap_compute`` and ``Metric.sync`` decide;
+    ``default_available``: ``Metric.sync``'s own test, for 0.10, whose metrics hold none)."""
     if not isinstance(metric, metric_class) or not metric._reductions:
         return False
     owner = next((cls for cls in type(metric).__mro__ if "_sync_dist" in vars(cls)), None)
@@ -136,7 +137,7 @@ def will_sync(metric: Any, rules: Rules, metric_class: type, default_fn: Any) ->
         return False
     if not rules.is_default(metric.dist_sync_fn or default_fn):
         return False
-    available = metric.distributed_available_fn
+    available = vars(metric).get("distributed_available_fn", default_available)
     return bool(callable(available) and available())
 
 
@@ -148,8 +149,10 @@ def collection_compute(rules: Rules, metric_class: type, metric_module: Any,
     buckets: Dict[Tuple[Any, ...], Tuple[Any, Any, List[Tuple[str, Any, List[Entry]]]]] = {}
     concats: Dict[Tuple[Any, ...], Any] = {}
     default_fn = metric_module.gather_all_tensors
+    default_available = getattr(metric_module, "jit_distributed_available", None)
     for name, metric in collection.items(keep_base=True, copy_state=False):  # what compute() itself calls first
-        if not will_sync(metric, rules, metric_class, default_fn) or _rank_in(metric.process_group) < 0:
+        if not will_sync(metric, rules, metric_class, default_fn, default_available) \
+                or _rank_in(metric.process_group) < 0:
             continue
         entries = plan(metric, rules, concats)
         device = device_of(entries, metric) if entries is not None else None

@@ -9,9 +9,10 @@ shape, a second sync) and its imputation writes into the caller's tensors.
 Python scalars (``update(3.5)``) are copied from the host. Not fixed upstream
 (1.6.2 added the opt-out ``nan_strategy="disable"``; #3434 is its weight bug).
 
-Releases: 1.0.0-1.9.0, six implementations (1.0.0 | 1.0.1-1.2.0 | 1.2.1-1.3.1 |
-1.3.2-1.5.2 | 1.6.0-1.6.1 | 1.6.2-1.9.0). Aggregators whose ``update`` is not one
-of the five above keep the release's code.
+Releases: 0.10.0-1.9.0, seven implementations (0.10.0-0.11.4 | 1.0.0 | 1.0.1-1.2.0 |
+1.2.1-1.3.1 | 1.3.2-1.5.2 | 1.6.0-1.6.1 | 1.6.2-1.9.0). 0.10-0.11 check as 1.0.0 does
+but warn with ``warnings.warn`` on every rank (no ``rank_zero_warn``): so does the
+report. Aggregators whose ``update`` is not one of the five above keep the release's code.
 
 Behaviour (policy ``TMPATCH_NAN_CHECK`` / ``apply(nan_check=...)``: ``deferred``,
 the default; ``eager``; ``off``):
@@ -48,6 +49,7 @@ from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, since
 
 __all__ = ["PATCH", "RECORD"]
 
+_R010 = _Release(one_argument=True, spelling="Encounted", metric_dtype=False, disable=False, rank_zero=False)
 _R100 = _Release(one_argument=True, spelling="Encounted", metric_dtype=False, disable=False)
 _R101 = _Release(one_argument=False, spelling="Encounted", metric_dtype=False, disable=False)
 _R121 = _Release(one_argument=False, spelling="Encountered", metric_dtype=False, disable=False)
@@ -58,7 +60,7 @@ PATCH = Patch(
     name="nan_check",
     summary="the aggregators' NaN check reads the device on every update() (and removes NaN with a boolean "
             "index); Python scalars are copied from the host",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
     upstream="not fixed upstream (1.6.2 added nan_strategy='disable'); corrects #3434",
     changes="warn/error come at the next compute(), naming the metric and the number of updates with NaN; "
             "the caller's tensors are never written into; an imputed element gets weight 1",
@@ -74,6 +76,7 @@ PATCH = Patch(
             module="torchmetrics.aggregation",
             qualname="BaseAggregator._cast_and_nan_check_input",
             variants=(
+                Variant(span("0.10.0", "0.11.4"), "1666fc7f2f21aa62", _build_check(_R010)),
                 Variant(span("1.0.0"), "d10df440b4c4be78", _build_check(_R100)),
                 Variant(span("1.0.1", "1.2.0"), "e9b5bcdbb4309ef8", _build_check(_R101)),
                 Variant(span("1.2.1", "1.3.1"), "0c46b319aa83b2ec", _build_check(_R121)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import warnings
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -46,7 +47,8 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         Tensor, where, maximum, float32 = torch.Tensor, torch.where, torch.maximum, torch.float32
         full, as_tensor, ones_like, enable_grad = torch.full, torch.as_tensor, torch.ones_like, torch.enable_grad
         is_grad_enabled = torch.is_grad_enabled
-        _loaded.update(release=release, rank_zero_warn=module.rank_zero_warn)
+        warn = module.rank_zero_warn if release.rank_zero else warnings.warn
+        _loaded.update(release=release, rank_zero_warn=warn)
         cache = _Cache(_classifier(module))  # an object: a dict in a traced closure is a guard on its length
         policy = policies.current
         # not ``deferred._books`` in this closure: torch.compile guards the length of a dict a traced
@@ -79,7 +81,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             if nan.any():  # eager, or a metric built before apply(): a sync, as upstream
                 if strategy == "error":
                     raise RuntimeError(release.error)
-                module.rank_zero_warn(release.warning, UserWarning)
+                warn(release.warning, UserWarning)
 
         def impute(x: Any, nan: Any, value: float) -> Any:
             return where(nan, value, x)  # a Python number: no type promotion, no copy to the device

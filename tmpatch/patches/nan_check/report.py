@@ -16,6 +16,7 @@ class _Release:
     spelling: str  # "Encounted" up to 1.2.0
     metric_dtype: bool  # 1.3.2+: ``self.dtype``; before: float32
     disable: bool  # 1.6.2+: ``nan_strategy="disable"``
+    rank_zero: bool = True  # 1.0.0+: ``rank_zero_warn``; 0.10-0.11: ``warnings.warn`` on every rank
 
     @property
     def error(self) -> str:

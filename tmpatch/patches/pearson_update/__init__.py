@@ -30,8 +30,9 @@ first update reads the condition once, with whether the counts are all zero, in 
 are the release's bit for bit (the condition is the release's, by proof or by reading it).
 The functional API reads as the release does.
 
-Releases: 1.0.0-1.7.3 patched (five implementations of ``_pearson_corrcoef_update``, one of
-the class ``update`` and of its ``__init__``, two of ``Metric._apply``, ``Metric.reset`` and
+Releases: 0.10.0-0.11.4 not needed (an update without the branch: no read); 1.0.0-1.7.3
+patched (five implementations of ``_pearson_corrcoef_update``, one of the class ``update``
+and of its ``__init__``, two of ``Metric._apply``, ``Metric.reset`` and
 ``Metric._copy_state_dict``); 1.7.4+ not needed.
 """
 from __future__ import annotations
@@ -39,7 +40,7 @@ from __future__ import annotations
 from tmpatch.patches.pearson_update.knowledge import CLASS_MODULE
 from tmpatch.patches.pearson_update.wrappers import (build_apply, build_copy_state, build_init, build_reset,
                                                      build_update, edit)
-from tmpatch.spec import PATCHED, Label, Patch, Target, UPSTREAM, Variant, since, span
+from tmpatch.spec import PATCHED, Decline, Label, Patch, Target, UPSTREAM, Variant, since, span
 
 __all__ = ["PATCH"]
 
@@ -50,7 +51,9 @@ PATCH = Patch(
     name="pearson_update",
     summary="PearsonCorrCoef and ConcordanceCorrCoef read num_prior.mean() > 0 on each update() (before 1.7.4); "
             "the condition is known on the host (from construction, reset, moves and the previous update)",
-    known=since("1.0.0"),
+    known=since("0.10.0"),
+    declines=(Decline(span("0.10.0", "0.11.4"), "nothing to repair: the update of 0.10-0.11 has no branch on the "
+                      "counts (no read; the branch came in 1.0.0)", needed=False),),
     upstream="fixed upstream in 1.7.4 (an update without the branch)",
     labels=(
         Label(UPSTREAM, "Pearson/Concordance read num_prior.mean() > 0 to choose the update's formulas (fixed upstream "
