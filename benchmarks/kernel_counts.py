@@ -62,7 +62,7 @@ def count_row(row: Any, patched: bool) -> Optional[collections.Counter]:
     """The kernels of one row's second ``update()`` (None: the row cannot run here)."""
     import tmpatch
     from tmpatch.audit.modes import deterministic
-    from tmpatch.audit.sim import simulated_cuda
+    from tmpatch.audit.oracle.sim import simulated_cuda
 
     tmpatch.revert()
     if patched:
@@ -108,8 +108,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     import torchmetrics
 
     import tmpatch
-    from tmpatch.audit.panel import ROWS
-    from tmpatch.audit.rows import _resolve
+    from tmpatch.audit.panel.rows import ROWS
+    from tmpatch.audit.panel.rows import _resolve
 
     times = gpu_times(args.gpu_times) if args.gpu_times else {}
     print(f"kernel_counts: torch {torch.__version__}, torchmetrics {torchmetrics.__version__}; kernels per update() "

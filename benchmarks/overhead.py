@@ -122,22 +122,17 @@ def _quartiles(values: Sequence[float]) -> Tuple[float, float, float]:
     return q1, median, q3
 
 
-#: the patches' CPU shortcuts (module, attribute): on the CPU, where a read costs no sync, a patch
-#: may take the release's path after a read; ``--device-path`` turns them off, so the patched side
-#: runs the path it takes on a GPU (its host cost, less the device's launch costs)
-CPU_SHORTCUTS = (
-    ("tmpatch.patches.bincount.metrics", "CPU_FAST"), ("tmpatch.patches.nan_check.check", "CPU_FAST"),
-    ("tmpatch.patches.nominal_bincount", "CPU_FAST"), ("tmpatch.patches.sdr_solve", "CPU_FAST"),
-    ("tmpatch.patches._device_tensors", "CPU_FAST"),
-)
-
-
 def device_path() -> None:
-    """Turn the patches' CPU shortcuts off (:data:`CPU_SHORTCUTS`) in this process."""
-    import importlib
+    """Turn the patches' CPU shortcuts off in this process: on the CPU, where a read costs no
+    sync, a patch may take the release's path after a read (:mod:`tmpatch.runtime.host`);
+    ``--device-path`` makes the patched side run the path it takes on a GPU (its host cost,
+    less the device's launch costs)."""
+    from tmpatch.runtime import host
 
-    for module, name in CPU_SHORTCUTS:
-        setattr(importlib.import_module(module), name, False)
+    def never(obj: object) -> bool:
+        return False
+
+    host.on_host = host.host_device = never
 
 
 def measure(rounds: int, number: int, repeat: int, timer: str, select: Sequence[str] = (),

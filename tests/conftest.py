@@ -15,10 +15,11 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 import tmpatch
+from tmpatch.runtime import host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: the suite's own disk cache (tmpatch/cache.py), for the processes it starts too: never the user's
+#: the suite's own disk cache (tmpatch/engine/cache.py), for the processes it starts too: never the user's
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tmpatch-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
@@ -110,12 +111,27 @@ def run_python(code: str, env: Optional[dict] = None, timeout: float = 120) -> s
     return proc
 
 
+#: the library's rule of where a patch keeps the release's plain statements (tmpatch.runtime.host)
+_HOST_RULES = (host.on_host, host.host_device)
+
+
+def _never(obj: object) -> bool:
+    return False
+
+
+def cpu_shortcuts(on: bool) -> None:
+    """``True``: the patches keep their CPU shortcuts (the library's rule). ``False``: they run
+    the path a GPU takes on the CPU too (tmpatch.runtime.host answers "not the host's")."""
+    host.on_host, host.host_device = _HOST_RULES if on else (_never, _never)
+
+
 @pytest.fixture(autouse=True)
 def _reverted():
-    """Leave nothing of tmpatch behind a test."""
+    """Leave nothing of tmpatch behind a test (its CPU shortcuts back on)."""
     tmpatch.revert()
     yield
     tmpatch.revert()
+    cpu_shortcuts(True)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -195,9 +211,9 @@ def lazily_imported_patches() -> frozenset:
     return _LAZY
 
 
-# --- other Pythons, for fingerprints (tests/test_fingerprint.py, tests/test_api.py) -----------------
+# --- other Pythons, for fingerprints (tests/engine/test_fingerprint.py, tests/control/test_api.py) -----------------
 
-_FINGERPRINT_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tmpatch",
+_FINGERPRINT_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tmpatch", "engine",
                                  "fingerprint.py")
 _FINGERPRINT_CHILD = ("import importlib.util, json, sys\n"
                       "spec = importlib.util.spec_from_file_location('fp', sys.argv[1])\n"
@@ -237,7 +253,7 @@ def other_pythons() -> List[str]:
 
 
 def fingerprints_under(python: str, sources: List[str]) -> List[str]:
-    """``source_fingerprint`` of each source, computed by another Python (tmpatch/fingerprint.py
+    """``source_fingerprint`` of each source, computed by another Python (tmpatch/engine/fingerprint.py
     alone: it needs neither torch nor the package)."""
     done = subprocess.run([python, "-c", _FINGERPRINT_CHILD, _FINGERPRINT_FILE], input=json.dumps(sources),
                           capture_output=True, text=True, timeout=300)

@@ -106,7 +106,7 @@ def test_without_the_variable_the_pth_line_imports_nothing():
 
 
 def test_the_bootstrap_imports_nothing_beyond_tmpatch_itself():
-    """Start-up cost: arming adds tmpatch.bootstrap, tmpatch.env and the settings
+    """Start-up cost: arming adds tmpatch.bootstrap, tmpatch.control.env and the settings
     table to what ``import tmpatch`` costs (benchmarks/startup.py measures it)."""
     proc = ok(child("""
         import sys
@@ -117,7 +117,8 @@ def test_the_bootstrap_imports_nothing_beyond_tmpatch_itself():
     """, env={"TMPATCH": "1"}))
     # os and its helpers are loaded by ``site`` in every normal start-up (the child runs without it)
     stdlib_of_site = {"os", "os.path", "posixpath", "genericpath", "stat", "_stat", "_collections_abc"}
-    allowed = {"tmpatch.bootstrap", "tmpatch.env", "tmpatch.settings", "_thread"} | stdlib_of_site
+    allowed = {"tmpatch.bootstrap", "tmpatch.control", "tmpatch.control.env", "tmpatch.control.settings",
+               "tmpatch.runtime", "tmpatch.runtime.policies", "_thread"} | stdlib_of_site
     assert set(proc.stdout.split()) <= allowed, proc.stdout
 
 
@@ -223,8 +224,8 @@ def test_policy_variables_are_checked_at_start_up_and_said_once(fake_tm, route):
         sys.stderr.write("STARTED\\n")
         import torchmetrics, tmpatch
         tmpatch.apply()
-        from tmpatch import settings
-        print(settings.policy["nan_check"], settings.policy["bincount"])
+        from tmpatch.runtime import policies
+        print(policies.current["nan_check"], policies.current["bincount"])
     """, env={"TMPATCH": "1", "TMPATCH_NAN_CHECK": "Eager", "TMPATCH_BINCOUNT": "",
               "TMPATCH_NANCHECK": "off"}, path=[BOOT, fake_tm] if route == "sitecustomize" else [fake_tm]))
     assert proc.stdout.split() == ["eager", "deferred"]
@@ -262,9 +263,9 @@ def test_an_error_prints_one_line_and_the_program_runs_on(tmp_path, fake_tm, whe
     elif where == "sitecustomize import":
         code, path = "import sitecustomize\n", [BOOT, _broken_tmpatch(tmp_path)]
     else:
-        code = ("import tmpatch.api\n"
+        code = ("import tmpatch.control.api\n"
                 "def boom(*a, **k): raise ZeroDivisionError('apply broke')\n"
-                "tmpatch.api.apply = boom\n"
+                "tmpatch.control.api.apply = boom\n"
                 "exec(PTH_LINE)\n"
                 "import torchmetrics, tmpatch.bootstrap\n"
                 "assert tmpatch.bootstrap.state.startswith('failed'), tmpatch.bootstrap.state\n")

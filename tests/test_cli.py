@@ -13,11 +13,12 @@ import types
 import pytest
 
 import tmpatch
-from tmpatch import cli, settings
+from tmpatch import cli
+from tmpatch.control import settings
 from tmpatch import patches as catalogue
 from tmpatch.bootstrap import DIRECTORY as BOOT
 from tmpatch.patches import NAMES
-from tmpatch.report import State
+from tmpatch.control.report import State
 
 import torchmetrics  # noqa: E402  (status imports it; import it once here)
 

@@ -141,7 +141,7 @@ def test_unknown_option_values_fail_the_run_with_a_usage_error(run):
 EXACT_TESTS = """
 import pytest
 import tmpatch as api
-from tmpatch import settings
+from tmpatch.runtime import policies
 from torchmetrics import aggregation
 from torchmetrics.utilities import data
 
@@ -150,7 +150,7 @@ BUILT = aggregation.MeanMetric()  # built at collection: holds the update it fin
 SEEN = {{}}
 
 def snapshot():
-    return api.status().states(), dict(settings.policy), vars(aggregation.MeanMetric)["update"], vars(data)["_bincount"]
+    return api.status().states(), dict(policies.current), vars(aggregation.MeanMetric)["update"], vars(data)["_bincount"]
 
 def test_0_record():
     SEEN["before"] = snapshot()
@@ -164,7 +164,7 @@ def active():
 def test_1_exactly_the_marker(tmpatch):
     assert active() == {{"deferred_reports", "nan_check"}}  # nan_check requires deferred_reports
     assert api.status()["bincount"].state == "excluded" and api.status()["mean_default_weight"].state == "excluded"
-    assert settings.policy["nan_check"] == "eager"
+    assert policies.current["nan_check"] == "eager"
 
 def test_2_back():
     check_back("nan_check")
@@ -172,7 +172,7 @@ def test_2_back():
 @pytest.mark.tmpatch(exclude=["bincount", "nan_check"], bincount="eager")
 def test_3_marker_excludes(tmpatch):
     assert "bincount" not in active() and "nan_check" not in active() and "mean_default_weight" in active()
-    assert settings.policy["bincount"] == "eager"
+    assert policies.current["bincount"] == "eager"
 
 def test_4_back():
     check_back("mean_default_weight")
@@ -212,18 +212,18 @@ def test_a_failing_strict_marker_restores_the_run(run, monkeypatch):
     source = """
 import pytest
 import tmpatch as api
-from tmpatch import settings
+from tmpatch.runtime import policies
 
 def test_0():
     global BEFORE
-    BEFORE = (api.status(), dict(settings.policy))
+    BEFORE = (api.status(), dict(policies.current))
 
 @pytest.mark.tmpatch(patches=["safe_divide"], strict=True, nan_check="off")
 def test_1(tmpatch):
     pass
 
 def test_2():
-    assert (api.status(), dict(settings.policy)) == BEFORE
+    assert (api.status(), dict(policies.current)) == BEFORE
 """
     from torchmetrics.utilities import compute
 
@@ -281,9 +281,12 @@ def test_7_bad_keyword(tmpatch):
 @pytest.mark.parametrize("session", [False, True], ids=["fixture-only", "with---tmpatch"])
 def test_fixture_and_marker_revert_only_what_they_applied(run, session):
     states = None
-    if session:  # what --tmpatch gives on this release
+    if session:  # what --tmpatch gives on this release (then the state as it was: no hook left armed)
+        from tmpatch.control import session as process
+
+        before = process.snapshot()
         states = tmpatch.apply().states()
-        tmpatch.revert()
+        process.restore(before)
     result = run(FIXTURE_TESTS.format(session=states), *(["--tmpatch"] if session else []))
     result.assert_outcomes(passed=5, errors=2)
     result.stdout.fnmatch_lines([

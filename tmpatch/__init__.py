@@ -14,25 +14,25 @@ __version__ = "0.1.0"
 
 #: public name -> the module that defines it (loaded on first use, PEP 562)
 _EXPORTS = {
-    "TmpatchError": "tmpatch.api",
-    "TmpatchWarning": "tmpatch.api",
-    "apply": "tmpatch.api",
-    "capture": "tmpatch.capture",
-    "get_original": "tmpatch.api",
-    "is_patched": "tmpatch.api",
-    "patch_names": "tmpatch.api",
-    "revert": "tmpatch.api",
-    "status": "tmpatch.api",
-    "PatchStatus": "tmpatch.report",
-    "Report": "tmpatch.report",
-    "State": "tmpatch.report",
+    "TmpatchError": "tmpatch.control.api",
+    "TmpatchWarning": "tmpatch.control.api",
+    "apply": "tmpatch.control.api",
+    "capture": "tmpatch.control.capture",
+    "get_original": "tmpatch.control.api",
+    "is_patched": "tmpatch.control.api",
+    "patch_names": "tmpatch.control.api",
+    "revert": "tmpatch.control.api",
+    "status": "tmpatch.control.api",
+    "PatchStatus": "tmpatch.control.report",
+    "Report": "tmpatch.control.report",
+    "State": "tmpatch.control.report",
     "CoalescedSyncError": "tmpatch.patches.coalesced_sync.wire",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tmpatch.api import (  # noqa: F401
+    from tmpatch.control.api import (  # noqa: F401
         TmpatchError,
         TmpatchWarning,
         apply,
@@ -42,9 +42,9 @@ if TYPE_CHECKING:  # pragma: no cover
         revert,
         status,
     )
-    from tmpatch.capture import capture  # noqa: F401
+    from tmpatch.control.capture import capture  # noqa: F401
     from tmpatch.patches.coalesced_sync.wire import CoalescedSyncError  # noqa: F401
-    from tmpatch.report import PatchStatus, Report, State  # noqa: F401
+    from tmpatch.control.report import PatchStatus, Report, State  # noqa: F401
 
 
 def __getattr__(name: str) -> object:

@@ -16,7 +16,8 @@ import sys
 import textwrap
 from typing import Optional, Sequence
 
-from tmpatch import env, settings
+from tmpatch.control import env, settings
+from tmpatch.runtime import policies
 
 DESCRIPTION = """\
 tmpatch repairs torchmetrics in place, at run time (host-device syncs, wrong
@@ -32,7 +33,7 @@ exit status:
 
 
 def _environment_help() -> str:
-    """Every variable of :data:`tmpatch.settings.SETTINGS`, with its form and help line."""
+    """Every variable of :data:`tmpatch.control.settings.SETTINGS`, with its form and help line."""
     lines = ["environment (read at start-up by every Python process; tmpatch run sets them):"]
     for setting in settings.SETTINGS:
         lines.append(f"  {setting.variable}={setting.placeholder}")
@@ -63,7 +64,7 @@ class UsageError(Exception):
 
 def _names(value: Optional[str], option: str) -> Optional[tuple]:
     """Parse and check ``--patches``/``--exclude`` (comma-separated)."""
-    from tmpatch import selection
+    from tmpatch.control import selection
 
     try:
         return selection.names(value, option)
@@ -166,7 +167,7 @@ def _import_targets() -> None:
 
 def _status(args: argparse.Namespace) -> int:
     import tmpatch
-    from tmpatch import selection
+    from tmpatch.control import selection
 
     patches = _names(args.patches, "--patches")
     exclude = _names(args.exclude, "--exclude")
@@ -187,7 +188,7 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(details=args.wide), indent=2))
     elif args.wide:
         print(report.details())
-        print("\npolicies: " + ", ".join(f"{name}={value}" for name, value in settings.policy.items()))
+        print("\npolicies: " + ", ".join(f"{name}={value}" for name, value in policies.current.items()))
     else:
         print(report)
     return 1 if report.problems() else 0

@@ -29,12 +29,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import pytest
 
-_ACTIVE = ("applied", "pending")
-_INACTIVE = ("off", "reverted", "excluded")  # nothing of tmpatch in place, nothing learnt of the release
 _MARKER = "@pytest.mark.tmpatch"
-
-#: ``(rows {name: state}, policies)`` before a fixture or the run applied
-Snapshot = Tuple[Dict[str, str], Dict[str, str]]
 
 
 def pytest_addoption(parser: Any) -> None:
@@ -48,63 +43,23 @@ def pytest_addoption(parser: Any) -> None:
     parser.addini("tmpatch", type="bool", default=False, help="apply tmpatch for the whole run")
 
 
-# -- applying and restoring ---------------------------------------------------
-def _snapshot() -> Snapshot:
-    import tmpatch as tm
-    from tmpatch import settings
+# -- applying and restoring: tmpatch.control.session -------------------------
+def _apply(patches: Any = None, exclude: Any = None, strict: bool = False, **policies: Any) -> Tuple[Any, Any]:
+    """Apply exactly this selection; return the report and the session snapshot to restore."""
+    from tmpatch.control import session
 
-    return tm.status().states(), dict(settings.policy)
-
-
-def _same(now: str, before: str) -> bool:
-    return now == before or (now in _ACTIVE and before in _ACTIVE) or (now in _INACTIVE and before in _INACTIVE)
+    return session.apply_exactly(patches, exclude, strict, where=_MARKER, **policies)
 
 
-def _apply(patches: Any = None, exclude: Any = None, strict: bool = False, **policies: Any) -> Tuple[Any, Snapshot]:
-    """Apply exactly this selection (patches active now outside it are reverted
-    first); return the report and the snapshot for :func:`_restore`."""
-    import tmpatch as tm
-    from tmpatch import selection
+def _restore(before: Any) -> None:
+    from tmpatch.control import session
 
-    before = _snapshot()
-    try:
-        selected, _ = selection.select(patches, exclude, where=_MARKER)
-        outside = [name for name, state in before[0].items() if state in _ACTIVE and name not in selected]
-        if outside:
-            tm.revert(outside)
-        report = tm.apply(patches, exclude=exclude, strict=strict, **policies)
-    except BaseException:
-        _restore(before)
-        raise
-    return report, before
-
-
-def _restore(before: Snapshot) -> None:
-    """Back to ``before``: the same patches in effect (the same wrappers), the
-    same policies, the same rows but for patches not in effect, which may read
-    ``off``, ``reverted`` or ``excluded`` differently (``reverted`` if the test
-    applied them)."""
-    import tmpatch as tm
-    from tmpatch import settings
-
-    rows, policies = before
-    settings.policy.update(policies)
-    now = tm.status().states()
-    kept = [name for name, state in rows.items() if state not in _INACTIVE]  # in effect, or gated (not-needed ...)
-    if any(not _same(now.get(name, "off"), rows[name]) for name in kept):
-        now = tm.apply(kept).states()  # while the test's own patches are still in effect: their rows stay
-    added = [name for name, state in now.items() if state in _ACTIVE and rows.get(name) not in _ACTIVE]
-    if added:
-        now = tm.revert(added).states()
-    stray = [name for name, state in now.items()
-             if state not in ("off", "reverted") and state != rows.get(name) and rows.get(name, "off") in _INACTIVE]
-    if stray:
-        tm.revert(stray)  # rows nobody asked for (excluded, not-needed ... by the test): off again
+    session.restore(before)
 
 
 # -- the whole run ----------------------------------------------------------
 def _option_names(value: Optional[str], option: str) -> Optional[Tuple[str, ...]]:
-    from tmpatch import selection
+    from tmpatch.control import selection
 
     try:
         return selection.names(value, option)
@@ -117,7 +72,7 @@ def pytest_configure(config: Any) -> None:
         "markers",
         "tmpatch(*patches, patches=None, exclude=None, strict=False, <policy>=...): apply exactly this selection "
         "of tmpatch for this test (gives it the tmpatch fixture); patches/exclude: lists of patch names; "
-        "policies: nan_check, bincount (tmpatch.settings)",
+        "policies: nan_check, bincount (tmpatch.control.settings)",
     )
     patches = config.getoption("tmpatch_patches", None)
     exclude = config.getoption("tmpatch_exclude", None)
@@ -154,7 +109,7 @@ def pytest_report_header(config: Any) -> Optional[str]:
     session = getattr(config, "_tmpatch_session", None)
     if session is None:
         return None
-    from tmpatch.report import grouped
+    from tmpatch.control.report import grouped
 
     report = session[0]
     lines = [f"tmpatch: whole run, torchmetrics {report[0].release}"]
@@ -179,7 +134,7 @@ def _marker_options(marker: Any) -> Dict[str, Any]:
     """The marker's keywords, every one checked (``ValueError``/``TypeError``)."""
     if marker is None:
         return {}
-    from tmpatch import selection, settings
+    from tmpatch.control import selection, settings
 
     valid = ("patches", "exclude", "strict", *settings.POLICIES)
     unknown = sorted(set(marker.kwargs) - set(valid))

@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 #: where ``original`` is the release's own function, for fall-backs.
 Builder = Callable[[ModuleType], Callable[..., Any]]
 
-#: the attribute the engine reads a replacement's gate from (``tmpatch.layers.GATE``)
+#: the attribute the engine reads a replacement's gate from (``tmpatch.engine.layers.GATE``)
 GATE = "_tmpatch_gate"
 
 #: set to True on a function given to ``Module._apply`` that moves or casts each tensor
@@ -31,7 +31,7 @@ GATE = "_tmpatch_gate"
 VALUE_MOVE = "_tmpatch_value_move"
 
 
-#: the attribute of a replacement that holds its inline form (:func:`inline`; read by ``tmpatch.layers``)
+#: the attribute of a replacement that holds its inline form (:func:`inline`; read by ``tmpatch.engine.layers``)
 INLINE = "_tmpatch_inline"
 
 
@@ -67,7 +67,7 @@ def inline(form: Callable[..., Any]) -> Callable[..., Any]:
 
 def gated(slot: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark a replacement as having nothing to do while ``slot.get()`` answers None (a
-    :class:`tmpatch.compiled.ContextSlot` that a marked update sets): there the release's
+    :class:`tmpatch.runtime.compiled.ContextSlot` that a marked update sets): there the release's
     function is called directly, without the replacement's own call."""
 
     def mark(replacement: Callable[..., Any]) -> Callable[..., Any]:
@@ -141,7 +141,7 @@ def contains(releases: SpecifierSet, release: str) -> bool:
 @dataclass(frozen=True)
 class Edit:
     """In the release's function, the statements ``find`` (source text) are replaced by
-    ``replace`` (source text, may be empty): see :mod:`tmpatch.rewrite`."""
+    ``replace`` (source text, may be empty): see :mod:`tmpatch.engine.rewrite`."""
 
     find: str
     replace: str = ""

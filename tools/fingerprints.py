@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tmpatch import patches as catalogue  # noqa: E402
-from tmpatch.fingerprint import source_fingerprint  # noqa: E402
+from tmpatch.engine.fingerprint import source_fingerprint  # noqa: E402
 from tmpatch.spec import describe  # noqa: E402
 
 

@@ -79,8 +79,9 @@ PLAN: Dict[str, Tuple[str, ...]] = {
 #: revert of the whole catalogue, deferred reports, kernel counts of the audit panel) or choose
 #: their own releases (the multi-process runs)
 EVERY_RELEASE: Tuple[str, ...] = (
-    "tests/test_api.py", "tests/test_adversarial.py", "tests/test_deferred.py", "tests/test_kernel_counts.py",
-    "tests/patches/test_deferred_reports.py", "tests/patches/test_device_tensors.py", "tests/distributed",
+    "tests/control/test_api.py", "tests/control/test_adversarial.py", "tests/runtime/test_deferred.py",
+    "tests/test_kernel_counts.py", "tests/patches/test_deferred_reports.py", "tests/runtime/test_device_tensors.py",
+    "tests/distributed",
 )
 #: a patch's tests: ``tests/patches/test_<patch>*.py`` and ``tests/patches/<patch>/``, and these
 TESTS_OF: Dict[str, Tuple[str, ...]] = {
@@ -91,7 +92,8 @@ TESTS_OF: Dict[str, Tuple[str, ...]] = {
 #: (its hypothesis bit-identity comparisons and its sync tests), real process groups, the
 #: deferred reports and the pytest plugin's fixtures; not the import-hook, environment and
 #: packaging machinery, which torch does not touch (they run with the newest torch)
-TORCH_TESTS: Tuple[str, ...] = ("tests/audit", "tests/patches", "tests/distributed", "tests/test_deferred.py",
+TORCH_TESTS: Tuple[str, ...] = ("tests/audit", "tests/patches", "tests/distributed", "tests/runtime/test_deferred.py",
+                                "tests/runtime/test_device_tensors.py",
                                 "tests/test_pytest_plugin.py")
 
 #: a run (one torch, one release) takes 1-3 minutes on 2 idle cores and up to about 17 on a

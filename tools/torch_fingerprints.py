@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tmpatch import patches as catalogue  # noqa: E402
-from tmpatch.fingerprint import source_fingerprint  # noqa: E402
+from tmpatch.engine.fingerprint import source_fingerprint  # noqa: E402
 
 def _index_url() -> str:
     """torch's page on the package index pip is configured with (``PIP_INDEX_URL``, else pip's

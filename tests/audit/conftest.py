@@ -28,7 +28,7 @@ def pytest_report_header(config):
 @pytest.fixture(scope="session")
 def panel_result():
     """``run_panel(real=False)`` of the whole panel (several seconds): read it, never change it."""
-    from tmpatch.audit.panel import run_panel
+    from tmpatch.audit.panel.run import run_panel
 
     tmpatch.revert()
     return run_panel(real=False)

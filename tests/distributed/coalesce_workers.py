@@ -221,9 +221,9 @@ def _user_fn(counter: Counter, rank: int, world: int) -> Dict[str, Any]:
 
 
 def _records(counter: Counter, rank: int, world: int) -> Dict[str, Any]:
-    """Deferred records ride in the exchange: a stand-in for ``tmpatch.deferred``'s
+    """Deferred records ride in the exchange: a stand-in for ``tmpatch.runtime.deferred``'s
     ``local_records``/``set_synced`` (rank r holds ``nan`` = r + 1; rank 1 also ``range`` = 5)."""
-    from tmpatch import deferred
+    from tmpatch.runtime import deferred
 
     saved = {name: getattr(deferred, name, None) for name in ("local_records", "set_synced")}
     synced: Dict[str, List[Dict[str, int]]] = {}

@@ -265,10 +265,10 @@ def test_world_of_one_local_graph_as_the_release(world_of_one, patches):
 
 @needs_torch_2_5
 def test_world_of_one_records_ride_along(world_of_one, monkeypatch):
-    """With ``tmpatch.deferred``'s ``local_records``/``set_synced`` (a stand-in here), each
+    """With ``tmpatch.runtime.deferred``'s ``local_records``/``set_synced`` (a stand-in here), each
     metric's records travel in the exchange and come back summed, with no collective of
     their own; one set_synced per metric synced."""
-    from tmpatch import deferred
+    from tmpatch.runtime import deferred
 
     synced: List[Any] = []
     monkeypatch.setattr(deferred, "local_records", lambda m: dict(getattr(m, "_records", {})), raising=False)

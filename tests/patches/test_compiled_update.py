@@ -24,7 +24,7 @@ import torch
 
 import tmpatch
 from tests.conftest import assert_bitwise, release_in
-from tmpatch import settings
+from tmpatch.control import settings
 
 dynamo = pytest.importorskip("torch._dynamo")
 from torch._dynamo.utils import counters  # noqa: E402
@@ -255,7 +255,7 @@ def _compiled_accuracy(steps: int = 3) -> Tuple[Any, Callable[[], None]]:
 
 
 def test_the_count_waits_on_the_device_until_host_code_reads_it():
-    from tmpatch.compiled import pending
+    from tmpatch.runtime.compiled import pending
     from tmpatch.patches.compiled_update import tally_of
 
     metric, _ = _compiled_accuracy(3)

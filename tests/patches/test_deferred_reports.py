@@ -6,7 +6,7 @@ wrapper or collection holding it, or at the first other point where the data tha
 leaves the metric or is dropped (issue #34 item 2: ``state_dict``, pickling and copies,
 ``merge_state``, ``sync``, ``reset``); and nothing of tmpatch shows in a metric's state_dict,
 metric_state, merge_state, _defaults or pickles. The numbered sections follow the issue's items
-(7, DDP: test_deferred_reports_ddp.py; 8, engine: tests/test_engine.py and tests/test_api.py; 9,
+(7, DDP: test_deferred_reports_ddp.py; 8, engine: tests/engine/test_core.py and tests/control/test_api.py; 9,
 fidelity: test_nan_check.py).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 
 import tmpatch
 from tests.conftest import assert_bitwise, release_in, run_python
-from tmpatch import deferred
+from tmpatch.runtime import deferred
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.aggregation import MeanMetric, SumMetric
 from torchmetrics.classification import (

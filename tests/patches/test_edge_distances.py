@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise, examples, release_in
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
 from tmpatch.patches import edge_distances as patch
 
 pytestmark = pytest.mark.skipif(not release_in(">=1.5.0"), reason="HausdorffDistance exists from 1.5.0")
@@ -26,7 +26,7 @@ METRICS = ["euclidean", "chessboard", "taxicab"]
 @pytest.fixture(autouse=True)
 def _cpu_fast():
     yield
-    patch.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -135,7 +135,7 @@ def test_errors_are_the_releases_at_the_next_compute_once(cpu_fast):
     with pytest.raises(ValueError, match="^Input x should be binarized$"):
         HausdorffDistance(num_classes=2, include_background=True).update(*twos)
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     metric = HausdorffDistance(num_classes=2, include_background=True)
     metric.update(*absent)  # no error here
     metric.update(*good)

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
-from tmpatch import deferred
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
+from tmpatch.runtime import deferred
 from tmpatch.patches import fairness_groups as patch
 
 if release_in("<1.0.0"):
@@ -24,7 +24,7 @@ STATES = ("tp", "fp", "tn", "fn")
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    patch.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -62,7 +62,7 @@ def test_update_is_sync_free_on_simulated_cuda(kind):
     assert ("_binary_groups_stat_scores", "aten._to_copy") in ops and ("_flexible_bincount", "aten._unique2") in ops
     _apply()
     for cpu_fast in (True, False):
-        patch.CPU_FAST = cpu_fast
+        cpu_shortcuts(cpu_fast)
         patched = audit(_build(kind, 8, validate_args=False).update, preds, target, groups, real=False)
         assert patched.count == 0, str(patched)
     if kind == "rates":  # its compute reads nothing: forward() is sync-free too
@@ -71,7 +71,7 @@ def test_update_is_sync_free_on_simulated_cuda(kind):
         assert audit(_build(kind, 8, validate_args=False), preds, target, groups, real=False).count
         _apply()
     with_validation = audit(_build(kind, 8).update, preds, target, groups, real=False)
-    from tmpatch.audit.panel import label_for
+    from tmpatch.audit.panel.run import label_for
 
     assert {label_for(p).category for p in with_validation.sync_points} == {"validation"}, str(with_validation)
 
@@ -120,7 +120,7 @@ def test_states_and_results_equal_the_releases(cases):
     expected = [{kind: _run(case, kind) for kind in KINDS} for case in cases]
     _apply()
     for case, want in zip(cases, expected):
-        patch.CPU_FAST = case[2]
+        cpu_shortcuts(case[2])
         for kind in KINDS:
             metric = _run(case, kind)
             for state in STATES:
@@ -142,7 +142,7 @@ def test_more_groups_than_num_groups_leaves_the_releases_states_and_raises_at_co
     with pytest.raises(IndexError):
         upstream.update(preds, target, groups)  # after adding groups 0, 1, 2
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     metric = BinaryGroupStatRates(num_groups=3, validate_args=False)
     metric.update(preds, target, groups)  # no error here
     for state in STATES:

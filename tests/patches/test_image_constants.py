@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
-from tmpatch.patches import _device_tensors as helper
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
+from tmpatch.runtime import device_tensors as helper
 from torchmetrics import image as I
 
 IMG = "torchmetrics.functional.image"
@@ -24,7 +24,7 @@ HAS_1_0 = release_in(">=1.0.0")
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    helper.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -250,7 +250,7 @@ def test_functions_return_the_releases_tensors_bit_for_bit(calls):
     _apply()
     psnrb = importlib.import_module(f"{IMG}.psnrb") if HAS_1_0 else types.SimpleNamespace(_compute_bef=None)
     for (where, args, kwargs), cpu_fast in calls:
-        helper.CPU_FAST = cpu_fast
+        cpu_shortcuts(cpu_fast)
         function = _fn(*where)
         original = tmpatch.get_original(function)
         assert function is not original or (where[1] == "_psnrb_compute" and release_in(">=1.8.0"))
@@ -289,7 +289,7 @@ def test_metric_results_equal_the_releases():
 
     want = run()
     _apply()
-    helper.CPU_FAST = False
+    cpu_shortcuts(False)
     got = run()
     for name in CASES:
         for a, b in zip(got[name], want[name]):
@@ -301,7 +301,7 @@ def test_block_index_lists_are_the_releases():
     from tmpatch.patches.image_constants import _names
 
     lists = _names(None)["_tmpatch_bef_indices"]
-    helper.CPU_FAST = False
+    cpu_shortcuts(False)
     for width in range(1, 40):
         for height in (1, 2, 9, 17):
             for block in range(1, 10):
@@ -331,7 +331,7 @@ def test_ssim_default_data_range_is_the_releases_choice(scale):
     """``data_range=None``: the larger of the two ranges, chosen on the device (``torch.where``)
     where the release compares them in Python; the same tensors, whichever is larger."""
     _apply()
-    helper.CPU_FAST = False  # the device path, on real values
+    cpu_shortcuts(False)  # the device path, on real values
     function = _fn("ssim", "_ssim_update")
     preds, target = _images(1, 2, 12, 12, seed=3)
     preds, target = preds * scale[0], (target * scale[1] if scale[0] != scale[1] else preds * scale[1])
@@ -359,6 +359,6 @@ def test_psnr_range_is_the_releases_choice_nan_included():
 
     want = run()
     _apply()
-    helper.CPU_FAST = False  # the device path, on real values
+    cpu_shortcuts(False)  # the device path, on real values
     for a, b in zip(run(), want):
         assert_bitwise(a, b)

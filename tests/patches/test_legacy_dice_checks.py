@@ -8,9 +8,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
-from tmpatch import deferred
-from tmpatch.patches import _device_tensors as helper
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
+from tmpatch.runtime import deferred
 from tmpatch.patches import legacy_dice_checks as patch
 
 pytestmark = [pytest.mark.skipif(release_in(">=1.7.0"), reason="Dice was removed in 1.7.0"),
@@ -26,8 +25,8 @@ if release_in("<1.7.0"):
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    patch.CPU_FAST = True
-    helper.CPU_FAST = True
+    cpu_shortcuts(True)
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -80,7 +79,7 @@ def test_updates_and_forward_read_nothing_on_simulated_cuda():
 
 def test_labels_without_num_classes_keep_the_inherent_read():
     from tmpatch.audit import audit
-    from tmpatch.audit.panel import label_for
+    from tmpatch.audit.panel.run import label_for
 
     _apply()
     report = audit(Dice().update, torch.randint(0, 3, (8,)), torch.randint(0, 3, (8,)), real=False)
@@ -129,7 +128,7 @@ def test_states_and_results_equal_the_releases(data):
         expected = [_run(config, steps, forward) for config, steps, forward, _ in cases]
         _apply()
         for (config, steps, forward, cpu_fast), want in zip(cases, expected):
-            patch.CPU_FAST = helper.CPU_FAST = cpu_fast
+            cpu_shortcuts(cpu_fast)
             got = _run(config, steps, forward)
             assert len(got) == len(want)
             for a, b in zip(got, want):
@@ -156,7 +155,7 @@ def test_each_check_raises_the_releases_error_at_the_next_compute_once(cpu_fast)
         with pytest.raises(ValueError, match=f"^{re.escape(patch.MESSAGES[key])}$"):
             Dice(**kwargs).update(preds, target)  # upstream: in update()
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     for key, (kwargs, preds, target) in BAD.items():
         metric = Dice(**kwargs)
         metric.update(preds, target)  # no error here

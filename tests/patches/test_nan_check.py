@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import examples, assert_bitwise, release_in, run_python
-from tmpatch import settings as tm_settings
+from tmpatch.control import settings as tm_settings
+from tmpatch.runtime import policies
 from torchmetrics import aggregation
 from torchmetrics.aggregation import BaseAggregator, CatMetric, MaxMetric, MeanMetric, MinMetric, SumMetric
 
@@ -48,9 +49,9 @@ WEIGHTS = [0.0, 0.5, 1.0, 2.0, 3.0]  # dyadic: sums are exact whatever the order
 @pytest.fixture(autouse=True)
 def _policy():
     """Every test starts and ends with the default policy."""
-    tm_settings.policy["nan_check"] = "deferred"
+    policies.current["nan_check"] = "deferred"
     yield
-    tm_settings.policy["nan_check"] = "deferred"
+    policies.current["nan_check"] = "deferred"
 
 
 def _apply(policy: str = "deferred") -> None:

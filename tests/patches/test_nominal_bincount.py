@@ -6,10 +6,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
-from tmpatch import deferred
-from tmpatch import settings as tm_settings
-from tmpatch.patches import nominal_bincount as patch
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
+from tmpatch.runtime import deferred
+from tmpatch.runtime import policies
 
 if release_in("<0.11.0"):
     pytest.skip("the nominal metrics came in 0.11.0 (test_status_on_0x checks the row)", allow_module_level=True)
@@ -28,10 +27,10 @@ NAN = float("nan")
 
 @pytest.fixture(autouse=True)
 def _policy():
-    tm_settings.policy["bincount"] = "deferred"
+    policies.current["bincount"] = "deferred"
     yield
-    tm_settings.policy["bincount"] = "deferred"
-    patch.CPU_FAST = True
+    policies.current["bincount"] = "deferred"
+    cpu_shortcuts(True)
 
 
 def _apply(**kwargs) -> None:
@@ -117,7 +116,7 @@ def test_tables_and_results_equal_the_releases(cases):
     expected = [{name: _run(case, name) for name in CLASSES} for case in cases]
     _apply()
     for case, want in zip(cases, expected):
-        patch.CPU_FAST = case[2]  # False: the counting path that CUDA takes
+        cpu_shortcuts(case[2])  # False: the counting path that CUDA takes
         for name in CLASSES:
             metric = _run(case, name)
             assert_bitwise(metric.confmat, want[name].confmat)
@@ -135,7 +134,7 @@ def test_a_category_outside_the_table_is_left_out_and_reported_at_compute(cpu_fa
         with pytest.raises(RuntimeError):  # upstream: bincount's error, or the reshape after it, in update()
             N.CramersV(num_classes=4).update(preds, target)
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     reference = torch.zeros(4, 4, dtype=torch.int64)
     for p, t in [(0, 0), (1, 1), (2, 2), (1, 1)]:  # the valid pairs
         reference[t, p] += 1  # rows: target, columns: preds (the release's layout)

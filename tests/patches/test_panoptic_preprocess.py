@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
-from tmpatch import deferred
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
+from tmpatch.runtime import deferred
 from tmpatch.patches import panoptic_preprocess as patch
 
 if release_in("<1.0.0"):
@@ -25,7 +25,7 @@ CLASSES = {"pq": PanopticQuality, "modified": ModifiedPanopticQuality}
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    patch.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -77,7 +77,7 @@ def test_isin_is_the_releases(dtype, values, table_values, as_tuple, cpu_fast):
     arr = arr.clamp(0, 100).to(dtype) if dtype in (torch.uint8,) else arr.to(dtype)
     table = tuple(table_values) if as_tuple else list(table_values)
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     original = tmpatch.get_original(COMMON._isin)
     assert COMMON._isin is not original
     try:
@@ -122,7 +122,7 @@ def test_states_and_results_equal_the_releases(cases):
     expected = [_run(case, kind, forward) for case, kind, forward, _ in cases]
     _apply()
     for (case, kind, forward, cpu_fast), want in zip(cases, expected):
-        patch.CPU_FAST = cpu_fast
+        cpu_shortcuts(cpu_fast)
         got = _run(case, kind, forward)
         for a, b in zip(got, want):
             assert_bitwise(a, b)
@@ -136,7 +136,7 @@ def test_unknown_categories_raise_the_releases_error_at_the_next_compute_once(cp
     with pytest.raises(ValueError, match="^Unknown categories found: "):
         PanopticQuality(things=things, stuffs=stuffs).update(bad, good)
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     for cls in CLASSES.values():
         metric = cls(things=things, stuffs=stuffs)
         metric.update(bad, good)  # no error here

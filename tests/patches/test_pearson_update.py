@@ -86,7 +86,7 @@ def test_a_count_state_the_patch_does_not_know_is_read_once():
     def load(metric):
         metric.persistent(True)
         metric.load_state_dict(other.state_dict())  # real CPU tensors: moved with the metric's states below
-        from tmpatch.audit.sim import to_sim_cuda
+        from tmpatch.audit.oracle.sim import to_sim_cuda
 
         to_sim_cuda(metric)
 

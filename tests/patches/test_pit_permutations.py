@@ -7,8 +7,7 @@ import pytest
 import torch
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in
-from tmpatch.patches import pit_permutations as patch
+from tests.conftest import assert_bitwise, cpu_shortcuts, release_in
 from torchmetrics.audio import PermutationInvariantTraining
 from torchmetrics.functional.audio import scale_invariant_signal_noise_ratio
 
@@ -30,7 +29,7 @@ def _fresh_cache(monkeypatch):
     """A cache of the tables of its own for each test (simulated tensors must not stay in it)."""
     monkeypatch.setattr(PIT, "_ps_dict", {})
     yield
-    patch.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -69,7 +68,7 @@ def test_the_table_is_the_releases(cpu_fast):
         PIT._ps_dict.clear()
         expected[n] = _table(n)
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     for n, want in expected.items():
         PIT._ps_dict.clear()
         got = _table(n)
@@ -90,6 +89,6 @@ def test_results_equal_the_releases():
 
     want = run()
     _apply()
-    patch.CPU_FAST = False
+    cpu_shortcuts(False)
     for a, b in zip(run(), want):
         assert_bitwise(a, b)

@@ -6,9 +6,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise
-from tmpatch import deferred
-from tmpatch.patches import retrieval_check as patch
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples
+from tmpatch.runtime import deferred
 from torchmetrics import retrieval as R
 from torchmetrics.functional import retrieval as F
 
@@ -26,7 +25,7 @@ TARGET_DTYPES = [torch.bool, torch.int32, torch.int64, torch.float16, torch.floa
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    patch.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -63,14 +62,14 @@ def test_update_is_sync_free_on_simulated_cuda(dtype):
     _apply()
     for name in sorted(CLASSES):
         for cpu_fast in (True, False):  # the CPU flag must not matter on CUDA
-            patch.CPU_FAST = cpu_fast
+            cpu_shortcuts(cpu_fast)
             patched = audit(CLASSES[name]().update, preds, target, indexes=indexes, real=False)
             assert patched.count == 0, (name, str(patched))
 
 
 def test_ignore_index_removal_stays_and_is_labelled_inherent():
     from tmpatch.audit import audit
-    from tmpatch.audit.panel import label_for
+    from tmpatch.audit.panel.run import label_for
 
     preds, target, indexes = _batch()
     target[::4] = -100
@@ -115,7 +114,7 @@ def test_states_and_results_equal_the_releases(cases):
     expected = [{name: _run(case, build) for name, build in CLASSES.items()} for case in cases]
     _apply()
     for case, want in zip(cases, expected):
-        patch.CPU_FAST = case[2]
+        cpu_shortcuts(case[2])
         for name, build in CLASSES.items():
             metric = _run(case, build)
             for got, exp in zip(_states(metric), _states(want[name])):
@@ -143,7 +142,7 @@ def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(
         with pytest.raises(ValueError, match="`target` must contain `binary` values"):  # upstream: in update()
             R.RetrievalMAP().update(preds, target, indexes=indexes)
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     for bad, target in BAD_TARGETS.items():
         metric = R.RetrievalMAP()
         metric.update(preds, target, indexes=indexes)  # no error here
@@ -185,7 +184,7 @@ def test_nan_targets_pass_as_in_the_release():
     R.RetrievalMAP().update(preds, target, indexes=indexes)  # upstream: no error
     _apply()
     for cpu_fast in (True, False):
-        patch.CPU_FAST = cpu_fast
+        cpu_shortcuts(cpu_fast)
         metric = R.RetrievalMAP()
         metric.update(preds, target, indexes=indexes)
         assert int(deferred.local_records(metric).get("retrieval_check", 0)) == 0

@@ -9,8 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
-from tmpatch.patches import _device_tensors as helper
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
 from torchmetrics import classification as C
 from torchmetrics import regression as R
 from torchmetrics.text import Perplexity
@@ -33,7 +32,7 @@ FUNCTIONS = {key: value for key, value in FUNCTIONS.items() if key not in LATER}
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    helper.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply(*others: str) -> None:
@@ -179,7 +178,7 @@ def test_functions_return_the_releases_tensors_bit_for_bit(calls):
     eight functions call no other patched code, so one apply serves every example."""
     _apply()
     for (key, args, kwargs), cpu_fast in calls:
-        helper.CPU_FAST = cpu_fast
+        cpu_shortcuts(cpu_fast)
         function = _function(key)
         original = tmpatch.get_original(function)
         assert function is not original
@@ -209,7 +208,7 @@ def test_metric_results_equal_the_releases():
 
     want = run()
     _apply()
-    helper.CPU_FAST = False
+    cpu_shortcuts(False)
     got = run()
     for name in CASES:
         for a, b in zip(got[name], want[name]):

@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import assert_bitwise, examples
-from tmpatch import deferred
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples
+from tmpatch.runtime import deferred
 from tmpatch.patches import sdr_solve as patch
 from torchmetrics.audio import SignalDistortionRatio
 from torchmetrics.functional.audio import signal_distortion_ratio
@@ -20,7 +20,7 @@ from torchmetrics.functional.audio import signal_distortion_ratio
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    patch.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -72,7 +72,7 @@ def test_states_and_results_equal_the_releases(cases):
     expected = [run(*case[:7]) for case in cases]
     _apply()
     for case, want in zip(cases, expected):
-        patch.CPU_FAST = case[7]
+        cpu_shortcuts(case[7])
         for a, b in zip(run(*case[:7]), want):
             assert_bitwise(a, b)
 
@@ -91,7 +91,7 @@ def test_the_solve_in_a_marked_update_is_the_releases_bit_for_bit(seed, batch, f
     tmpatch.revert()
     want = module.signal_distortion_ratio(preds, target, **kwargs)
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     token = patch.MARK.slot.set(SignalDistortionRatio())
     try:
         got = module.signal_distortion_ratio(preds, target, **kwargs)
@@ -108,7 +108,7 @@ def test_a_singular_system_raises_torchs_error_at_the_next_compute_once(cpu_fast
     with pytest.raises(torch.linalg.LinAlgError, match="singular"):
         SignalDistortionRatio(filter_length=16).update(*silent)  # upstream: in update()
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     metric = SignalDistortionRatio(filter_length=16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise
-from tmpatch import deferred
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples
+from tmpatch.runtime import deferred
 from tmpatch.patches import tweedie_checks as patch
 from torchmetrics.functional.regression import tweedie_deviance_score
 from torchmetrics.regression import TweedieDevianceScore
@@ -21,7 +21,7 @@ POWERS = {1: "poisson", 2: "positive", -1: "negative_power", 1.5: "compound", 3:
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    patch.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -69,7 +69,7 @@ def test_states_and_results_equal_the_releases(cases):
     expected = [run(*case[:4]) for case in cases]
     _apply()
     for case, want in zip(cases, expected):
-        patch.CPU_FAST = case[4]
+        cpu_shortcuts(case[4])
         for a, b in zip(run(*case[:4]), want):
             assert_bitwise(a, b)
 
@@ -84,7 +84,7 @@ def test_out_of_domain_input_raises_the_releases_error_at_the_next_compute_once(
             TweedieDevianceScore(power=power).update(*bad)  # upstream: in update()
         messages[power] = str(raised.value)
     _apply()
-    patch.CPU_FAST = cpu_fast
+    cpu_shortcuts(cpu_fast)
     for power, key in POWERS.items():
         assert messages[power] == f"For power={power}, {patch.MESSAGES[key]}"
         metric = TweedieDevianceScore(power=power)

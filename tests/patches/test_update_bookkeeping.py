@@ -9,9 +9,9 @@ import torch
 
 import tmpatch
 from tests.conftest import assert_bitwise, torch_at_least, torchmetrics_release
-from tmpatch import gating
+from tmpatch.control import gating
 from tmpatch.patches import update_bookkeeping
-from tmpatch.report import State
+from tmpatch.control.report import State
 from tmpatch.spec import Requirement
 from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
@@ -75,7 +75,7 @@ def test_update_assigns_without_module_setattr():
 def test_the_count_descriptor_of_compiled_update_is_a_plain_store_while_nothing_is_pending():
     """compiled_update makes ``Metric._update_count`` a data descriptor: a class attribute, which
     this patch otherwise leaves to torch's path; a plain store while no compiled count waits."""
-    from tmpatch.compiled import pending
+    from tmpatch.runtime.compiled import pending
 
     tmpatch.apply(["compiled_update", "update_bookkeeping"])
     metric = MulticlassConfusionMatrix(num_classes=5)

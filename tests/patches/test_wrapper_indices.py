@@ -6,8 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise
-from tmpatch.patches import _device_tensors as helper
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 from torchmetrics import MeanSquaredError
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.wrappers import BootStrapper, MultioutputWrapper
@@ -16,7 +15,7 @@ from torchmetrics.wrappers import BootStrapper, MultioutputWrapper
 @pytest.fixture(autouse=True)
 def _device_path():
     yield
-    helper.CPU_FAST = True
+    cpu_shortcuts(True)
 
 
 def _apply() -> None:
@@ -41,7 +40,7 @@ def _copies(report, function):
 # -- sync ---------------------------------------------------------------------------------------
 def test_multioutput_index_is_made_on_simulated_cuda():
     from tmpatch.audit import audit
-    from tmpatch.audit.panel import label_for
+    from tmpatch.audit.panel.run import label_for
 
     def wrapper(remove_nans):
         return MultioutputWrapper(MeanSquaredError(), num_outputs=2, remove_nans=remove_nans)
@@ -145,7 +144,7 @@ def test_multioutput_results_equal_the_releases(outputs, rows, remove_nans, sque
     tmpatch.revert()
     want = run()
     _apply()
-    helper.CPU_FAST = False
+    cpu_shortcuts(False)
     got = run()
     assert len(got) == len(want)
     for a, b in zip(got, want):

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-from tmpatch.audit.text import WIDTH, fit, header, render, shown, tag, totals  # noqa: F401 - the CLI's text
+from tmpatch.audit.panel.text import header, render
 
 DESCRIPTION = """\
 Audit a built-in panel of metric calls for host-device synchronisations, on the
@@ -144,24 +144,24 @@ def _run(args: argparse.Namespace) -> int:
         print(f"tmpatch audit: {problem}", file=sys.stderr)
         return 1
     if args.step is not None:
-        from tmpatch.audit import step_cli
+        from tmpatch.audit.step import text as step_cli
 
         return step_cli.main(args.step, real=args.real, as_json=args.json, fail_on_sync=args.fail_on_sync)
-    from tmpatch.audit import panel as panel_module
+    from tmpatch.audit.panel import rows as panel_rows, run as panel_module
 
     if args.list:
-        print("\n".join(panel_module.ROW_NAMES))
+        print("\n".join(panel_rows.ROW_NAMES))
         return 0
-    if args.all:  # the library sweep: tmpatch/audit/sweep.py
-        from tmpatch.audit import sweep
+    if args.all:  # the library sweep: tmpatch/audit/sweep/run.py
+        from tmpatch.audit.sweep import run as sweep
 
         print(sweep.report_text(as_json=args.json))
         return 0
     names: Optional[List[str]] = None
     if args.metric:
-        names, unknown = select(args.metric, panel_module.ROW_NAMES)
+        names, unknown = select(args.metric, panel_rows.ROW_NAMES)
         if unknown:
-            print(_unknown(unknown, panel_module.ROW_NAMES), file=sys.stderr)
+            print(_unknown(unknown, panel_rows.ROW_NAMES), file=sys.stderr)
             return 2
     try:
         import torchmetrics  # noqa: F401 - the subject of the audit
@@ -187,7 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``tmpatch audit`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--calibrate" in argv:  # its own options: python -m tmpatch.audit.calibrate --help
-        from tmpatch.audit import calibrate_cli
+        from tmpatch.audit.calibrate import cli as calibrate_cli
 
         return calibrate_cli.main([a for a in argv if a != "--calibrate"])
     parser = build_parser()

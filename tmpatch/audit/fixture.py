@@ -17,9 +17,9 @@ from tmpatch.audit import support
 
 support.require()  # below the range: an ImportError saying so (the plugin skips with it)
 
-from tmpatch.audit.api import move_hint, no_sync  # noqa: E402
-from tmpatch.audit.report import SyncPoint  # noqa: E402
-from tmpatch.audit.sim import active, to_sim_cuda  # noqa: E402
+from tmpatch.audit.oracle.api import move_hint, no_sync  # noqa: E402
+from tmpatch.audit.oracle.report import SyncPoint  # noqa: E402
+from tmpatch.audit.oracle.sim import active, to_sim_cuda  # noqa: E402
 
 HOW = "metric = no_sync.put(MeanMetric()); values = no_sync.put(values)"
 

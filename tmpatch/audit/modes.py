@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Iterator, List
+from typing import Iterator
 
 import torch
+
+from tmpatch.control import session
 
 
 @contextlib.contextmanager
@@ -24,24 +26,13 @@ def deterministic(on: bool) -> Iterator[None]:
         torch.use_deterministic_algorithms(previous)
 
 
-def _active_patches() -> List[str]:
-    import tmpatch
-    from tmpatch.report import State
-
-    idle = (State.OFF, State.EXCLUDED, State.REVERTED)  # every other state: requested by apply()
-    return [row.name for row in tmpatch.status() if row.state not in idle]
-
-
 @contextlib.contextmanager
 def restored_patches() -> Iterator[None]:
-    """Run the block, then put tmpatch back as it was: reverted, or the patches that were
-    requested (applied, pending, not needed, ...) applied again."""
-    import tmpatch
-
-    active = _active_patches()
+    """Run the block, then put tmpatch back as it was (:func:`tmpatch.control.session.restore`):
+    the patches that were requested (applied, pending, not needed, ...) in effect again, the
+    others reverted, the policies and armed hooks as they were."""
+    before = session.snapshot()
     try:
         yield
     finally:
-        tmpatch.revert()
-        if active:
-            tmpatch.apply(active)
+        session.restore(before)

@@ -3,7 +3,7 @@
 The simulated CUDA of :mod:`tmpatch.audit` rests on torch's fake tensors
 (``FakeTensorMode``) and its dispatch and function modes; torch 2.1 is the oldest
 release whose fake tensors can run a whole torchmetrics update (with the adaptations of
-:mod:`tmpatch.audit.guard` and :mod:`tmpatch.audit.continuation`). The test matrix runs
+:mod:`tmpatch.audit.oracle.guard` and :mod:`tmpatch.audit.oracle.continuation`). The test matrix runs
 2.0.1 (the patches alone: the audit says it needs 2.1), 2.1.2, 2.5.1 and 2.13.0. Nothing
 here imports more than ``torch``'s version.
 """

@@ -1,6 +1,6 @@
 """Auto-apply from the environment, at interpreter start-up.
 
-Two doors lead here, both gated on ``TMPATCH`` (see :mod:`tmpatch.env`):
+Two doors lead here, both gated on ``TMPATCH`` (see :mod:`tmpatch.control.env`):
 
 * ``tmpatch.pth`` in site-packages (installed with tmpatch) calls
   :func:`from_pth` while ``site`` processes .pth files;
@@ -9,7 +9,7 @@ Two doors lead here, both gated on ``TMPATCH`` (see :mod:`tmpatch.env`):
   sitecustomize it shadows.
 
 The first door to open bootstraps; the second does nothing (one process, one
-bootstrap). Start-up stays cheap: only :mod:`os`, :mod:`tmpatch.env` and the
+bootstrap). Start-up stays cheap: only :mod:`os`, :mod:`tmpatch.control.env` and the
 settings table it reads are imported, each problem of the environment is one
 line, and a finder is put on ``sys.meta_path``. The first time torchmetrics
 is looked up, that finder calls :func:`tmpatch.apply` (which arms post-import
@@ -23,7 +23,7 @@ import _thread
 import os
 import sys
 
-from tmpatch import env
+from tmpatch.control import env
 
 #: the directory ``tmpatch run`` puts first on PYTHONPATH (holds sitecustomize.py)
 DIRECTORY = os.path.dirname(os.path.abspath(__file__))
@@ -90,7 +90,7 @@ def activate(settings: env.Settings) -> bool:
         env.announce(settings.check_names(catalogue.NAMES), say)
         if settings.log_level:
             _configure_logging(settings.log_level)
-        from tmpatch import api
+        from tmpatch.control import api
 
         api.apply(**settings.options)
         state = "applied"
@@ -114,7 +114,7 @@ def _spec_with_strict_check():
 
 
 def _check_strict(module) -> None:
-    from tmpatch import api
+    from tmpatch.control import api
 
     report = api.status()
     problems = report.problems()

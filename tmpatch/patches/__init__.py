@@ -5,6 +5,11 @@ Each patch is a module of this package named after the patch; it exposes
 ``PATCH`` (a :class:`tmpatch.spec.Patch`). Loading a patch module imports
 neither torch nor torchmetrics: replacements are built when their target's
 module is imported.
+
+Contract: a patch imports only the vocabulary (:mod:`tmpatch.spec`), the runtime
+(:mod:`tmpatch.runtime`) and other patches; never the engine, the control layer or
+the public API (``setup.cfg``'s import-linter contract; the one exception, listed
+there, is ``coalesced_sync``'s own fingerprints).
 """
 from __future__ import annotations
 

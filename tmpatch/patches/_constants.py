@@ -4,7 +4,7 @@ A patch whose update needs a fixed tensor (a 0-d fill value, a table of codes, z
 count into) takes it from here: made on its first use on a device, then the same tensor,
 never written into, for every later update there. The cache is bounded
 (:data:`MAX_ENTRIES`, oldest first out) and kept free of simulated tensors by the sync
-audit (``tmpatch.audit.caches``). Knows nothing of torchmetrics; imports torch when first
+audit (``tmpatch.audit.oracle.caches``). Knows nothing of torchmetrics; imports torch when first
 called.
 """
 from __future__ import annotations

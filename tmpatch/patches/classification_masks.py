@@ -12,7 +12,7 @@ fixed. Before 1.6.1 ``_multiclass_hinge_loss_update`` also decides on a softmax 
 ``if not torch.all((preds >= 0) * (preds <= 1))`` (one more read; the logits_check patch
 leaves this function to this one). Not fixed upstream (1.9.0 included).
 
-Repair: edits of those statements in the release's own functions (:mod:`tmpatch.rewrite`;
+Repair: edits of those statements in the release's own functions (:mod:`tmpatch.engine.rewrite`;
 the rest of each function runs as released):
 
 * ``margin[target] = preds[target]; margin[~target] = -preds[~target]`` becomes

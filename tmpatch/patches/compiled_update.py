@@ -68,8 +68,9 @@ import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional
 
-from tmpatch import compiled, settings
-from tmpatch.compiled import compiling, pending
+from tmpatch.runtime import compiled
+from tmpatch.runtime import policies
+from tmpatch.runtime.compiled import compiling, pending
 from tmpatch.spec import Edit, Patch, Rewrite, Target, Variant, since, span
 
 log = logging.getLogger("tmpatch")
@@ -265,7 +266,7 @@ _OUTSIDE = compiled.Outside(_increment)
 
 def _count(metric: Any) -> None:
     """The release's ``self._update_count += 1``, in compiled code (policy ``update_count``)."""
-    policy = settings.policy.get("update_count", "device")
+    policy = policies.current.get("update_count", "device")
     tally = tally_of(metric) if policy == "device" and _live.on else None
     if tally is not None:
         tally.counter.add_(1)
@@ -277,7 +278,7 @@ def _count(metric: Any) -> None:
 def _follow(follower: Any, leader: Any) -> None:
     """``follower._update_count = leader._update_count``, in compiled code."""
     mine, theirs = tally_of(follower), tally_of(leader)
-    if (settings.policy.get("update_count", "device") == "device" and mine is not None and theirs is not None
+    if (policies.current.get("update_count", "device") == "device" and mine is not None and theirs is not None
             and _live.on):
         mine.leader = theirs
         pending.counts = True

@@ -2,7 +2,7 @@
 
 Not a defect of torchmetrics: the rules that let ``nan_check`` and ``bincount`` count
 what the release would report in ``update()`` (a device read each time) and report it
-at the user's next ``compute()`` instead, exactly once (:mod:`tmpatch.deferred`):
+at the user's next ``compute()`` instead, exactly once (:mod:`tmpatch.runtime.deferred`):
 
 * ``Metric._wrap_compute`` (and the unwrapping overrides of ``WrapperMetric``, 1.1.0+,
   and ``CompositionalMetric``): a metric built while this patch is applied gets a book
@@ -36,8 +36,8 @@ import functools
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch import deferred
-from tmpatch.compiled import compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime.compiled import compiling
 from tmpatch.spec import DEFERRED, Label, Patch, Target, Variant, since, span
 
 
@@ -248,7 +248,7 @@ PATCH = Patch(
             "with coalesced_sync); copies carry no pending report",
     labels=(
         Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
-              file="tmpatch/deferred/settling.py"),
+              file="tmpatch/runtime/deferred/settling.py"),
     ),
     targets=(
         Target(

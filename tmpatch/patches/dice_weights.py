@@ -7,7 +7,7 @@ tensor through one read the mask back to the host, two syncs on every ``update()
 GeneralizedDiceScore (the ``weights_flatten[infs] = 0`` before it becomes ``masked_fill``
 and does not sync). Not fixed upstream (1.9.0 included).
 
-Repair: that statement of the release's function (an edit, :mod:`tmpatch.rewrite`; the
+Repair: that statement of the release's function (an edit, :mod:`tmpatch.engine.rewrite`; the
 rest runs as released) becomes ``torch.where(infs, w_max, weights_flatten)``: the same
 values at the same positions (the release's pairing of ``w_max``'s and the weights'
 flattened orders included), so scores are the release's bit for bit. Applies to the

@@ -47,14 +47,13 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch import deferred
-from tmpatch.compiled import compiling
-from tmpatch.deferred.marking import Marker
-from tmpatch.patches._device_tensors import to_device
+from tmpatch.runtime import host
+from tmpatch.runtime import deferred
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime.deferred.marking import Marker
+from tmpatch.runtime.device_tensors import to_device
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
 
-#: on the CPU, read the binarized check at once (free there) and count failing updates only
-CPU_FAST = True
 
 _NOTE = ("reported at {point} instead of in update(). Unlike without tmpatch, those batches were added to the "
          "metric's states: reset() discards them. Exclude the edge_distances patch to have the error raised in "
@@ -140,7 +139,7 @@ def build_check(module: ModuleType) -> Callable[..., Any]:
         if state is None or not isinstance(x, torch.Tensor):
             return original(x)
         failed = (x.bool() == x).all().logical_not()
-        if CPU_FAST and x.is_cpu and not compiling():
+        if host.on_host(x) and not compiling():
             if bool(failed):  # a read costs nothing on the CPU
                 state.binarized = ones((), dtype=int64)
             return None

@@ -11,7 +11,7 @@ fixed upstream (1.9.0 included).
 Repair: the class ``update`` of both metrics marks the update (a context variable,
 when the metric has a deferred-report book: built while ``deferred_reports`` is
 applied). Inside it, one statement of the release's function (the copy of the sizes;
-an edit, :mod:`tmpatch.rewrite`) hands the sorted batch to :func:`group_stats`, which
+an edit, :mod:`tmpatch.engine.rewrite`) hands the sorted batch to :func:`group_stats`, which
 numbers the distinct group ids in sorted order on the device (a cumulative sum of
 "id differs from the previous one") and counts true/false positives/negatives per
 number with the release's comparisons, into ``num_groups`` fixed bins, which
@@ -38,9 +38,10 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.compiled import compiling
-from tmpatch import deferred
-from tmpatch.deferred.marking import Marker
+from tmpatch.runtime import host
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
@@ -60,9 +61,6 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     )
 
 
-#: on the CPU, read whether a group was left out (free there) and count only then; the tests
-#: turn it off to run the device path
-CPU_FAST = True
 
 #: rows of groups beyond num_groups, reported at compute
 RECORD = deferred.Record("fairness_groups", _report)
@@ -108,7 +106,7 @@ def _helpers(module: ModuleType) -> Dict[str, Any]:
         # the number of each row's group among the distinct ids, in sorted order (ids are sorted)
         rank = cat([zeros(1, dtype=int64, device=indexes.device), (indexes[1:] != indexes[:-1]).cumsum(0)])
         kept = rank < num_groups
-        cpu = CPU_FAST and indexes.is_cpu and not compiling()
+        cpu = host.on_host(indexes) and not compiling()
         if not (cpu and bool(kept[-1])):  # CPU: a free read, no count
             RECORD.add(metric, (~kept).sum())
         # the release's comparisons (_binary_stat_scores_update): tp 0, fp 1, tn 2, fn 3

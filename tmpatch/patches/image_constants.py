@@ -32,9 +32,9 @@ between the release's two results where they share a dtype).
 
 Not fixed upstream (1.9.0 included).
 
-Repair: the statements are edited (:mod:`tmpatch.rewrite`; the rest is the release's
+Repair: the statements are edited (:mod:`tmpatch.engine.rewrite`; the rest is the release's
 code): numbers and short lists go through
-:func:`tmpatch.patches._device_tensors.device_tensor` (``torch.full``, one fill per
+:func:`tmpatch.runtime.device_tensors.device_tensor` (``torch.full``, one fill per
 element, ``torch.tensor``'s dtype), the filter through ``to_device`` (converted on the
 host, filled on the device), the ranges become ``torch.arange(..., device=...)``, the
 size product is computed on the host from the shape, PSNRB's index lists are built with
@@ -57,8 +57,9 @@ import textwrap
 from types import ModuleType
 from typing import Any, Dict, Tuple
 
-from tmpatch.patches import _device_tensors
-from tmpatch.patches._device_tensors import built, swap
+from tmpatch.runtime import host
+from tmpatch.runtime import device_tensors
+from tmpatch.runtime.device_tensors import built, swap
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
@@ -73,7 +74,7 @@ def _complement_is_ascending(length: int, block_size: int) -> bool:
 def _on_device(t: Any) -> bool:
     """Whether the edited statements take the device path for tensor ``t`` (on the CPU the
     release's own statements run, unless the tests turn the CPU shortcut off)."""
-    return not (_device_tensors.CPU_FAST and t.is_cpu)
+    return not host.on_host(t)
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:

@@ -11,7 +11,7 @@ checks. Each raises a ``ValueError`` in ``update()``; no argument turns them off
 ``compute()`` (so ``forward()``) copies five numbers to the device in ``_reduce_stat_scores``
 (``tensor(zero_division, ...)`` and the like). Not fixed upstream.
 
-Repair (edits of the check statements, :mod:`tmpatch.rewrite`; the rest is the release's
+Repair (edits of the check statements, :mod:`tmpatch.engine.rewrite`; the rest is the release's
 code): in an update of a Dice with a deferred-report book (built while ``deferred_reports`` is
 applied; the class ``update`` marks it), each check's device condition is counted on the
 device instead of read, and the release's ``ValueError`` (its own message) is raised once at
@@ -20,7 +20,7 @@ meanwhile, ``to_onehot`` clamps its labels into ``[0, num_classes)`` in a marked
 labels are unchanged; on the CPU only after a failed check). On the CPU the conditions are
 read at once (free there) and only a failing update is counted: the report is the same on
 every device. ``_reduce_stat_scores``
-makes its numbers with ``torch.full`` (:func:`tmpatch.patches._device_tensors.device_tensor`).
+makes its numbers with ``torch.full`` (:func:`tmpatch.runtime.device_tensors.device_tensor`).
 
 Deliberate difference: a batch that fails a check is kept in the states (its bad labels
 clamped); upstream, ``update()`` raised before adding it. The report says so; ``reset()``
@@ -39,15 +39,13 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.compiled import compiling
-from tmpatch import deferred
-from tmpatch.deferred.marking import Marker
-from tmpatch.patches._device_tensors import built, swap
+from tmpatch.runtime import host
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime.deferred.marking import Marker
+from tmpatch.runtime.device_tensors import built, swap
 from tmpatch.spec import INHERENT, PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
 
-#: on the CPU, read a condition at once (free there) and count failing updates only; the tests
-#: turn it off to run the device path
-CPU_FAST = True
 
 #: check key -> the release's message (the same text in 1.0.0-1.6.3)
 MESSAGES = {
@@ -117,7 +115,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         update = MARK.get()
         if update is None:
             return condition
-        if CPU_FAST and condition.is_cpu and not compiling():
+        if host.on_host(condition) and not compiling():
             if bool(condition):  # a read costs nothing on the CPU
                 RECORDS[key].add(update.metric, ones((), dtype=int64))
                 update.suspect = True

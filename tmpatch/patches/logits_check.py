@@ -19,7 +19,7 @@ metric would sync anyway. Fixed upstream in 1.6.1 (``normalize_logits_if_needed`
 device; PR #2845).
 
 Repair: the release's own function, with that one ``if`` replaced (an edit of its
-code, :mod:`tmpatch.rewrite`; nothing else of it is copied or changed) by a
+code, :mod:`tmpatch.engine.rewrite`; nothing else of it is copied or changed) by a
 device-side selection of the whole tensor, ``torch.where(all_in_0_1, preds,
 preds.sigmoid())`` (``preds.softmax(1)``): all-or-nothing, as upstream. On CUDA
 (float32/64, outside deterministic mode and torch.compile) ``all_in_0_1`` is whether
@@ -42,7 +42,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict
 
-from tmpatch.compiled import compiling
+from tmpatch.runtime.compiled import compiling
 from tmpatch.spec import Edit, Label, Patch, Rewrite, Target, UPSTREAM, Variant, since, span
 
 _CHECK = "if not torch.all((preds >= 0) * (preds <= 1)):\n    preds = preds.{}\n"

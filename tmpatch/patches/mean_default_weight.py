@@ -22,7 +22,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Optional
 
-from tmpatch.compiled import compiling
+from tmpatch.runtime.compiled import compiling
 from tmpatch.spec import Label, PATCHED, Patch, Target, Variant, since, span
 
 _SCALARS = (float, int, bool)

@@ -17,7 +17,7 @@ Repair, on the ``bincount`` patch's counting (which it requires):
   ``_multiclass_confusion_matrix_update`` then counts into the table's fixed number
   of bins on the device, as it does for MulticlassConfusionMatrix;
 * ``nan_strategy="drop"``: the removal in ``_handle_nan_in_data`` becomes a mark (an
-  edit of that one statement, :mod:`tmpatch.rewrite`): the NaN rows stay in place and
+  edit of that one statement, :mod:`tmpatch.engine.rewrite`): the NaN rows stay in place and
   are left out of the counts, as ``ignore_index`` positions are;
 * ``nan_strategy="replace"`` (the default): integer categories, which hold no NaN, are
   not copied by ``nan_to_num`` (an edit of that statement; the copies were only read);
@@ -43,16 +43,15 @@ import importlib
 from types import ModuleType
 from typing import Any, Callable, Dict, Tuple
 
-from tmpatch.compiled import compiling
+from tmpatch.runtime import host
+from tmpatch.runtime import wrappers
+from tmpatch.runtime.compiled import compiling
 from tmpatch.patches.bincount import counting
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Route, Target, Variant, inline, since, span
 
 _CONFUSION = "torchmetrics.functional.classification.confusion_matrix"
 
 
-#: on the CPU, integer categories that are valid take the release's own update (a read
-#: costs nothing there; the result is the same); the tests turn it off
-CPU_FAST = True
 
 
 def _first_on_cpu(metric: Any, preds: Any, target: Any, integral: Any, aminmax: Any) -> bool:
@@ -63,8 +62,8 @@ def _first_on_cpu(metric: Any, preds: Any, target: Any, integral: Any, aminmax: 
     than ``num_classes ** 2``), and the update is recorded then."""
     num_classes = metric.__dict__.get("num_classes")
     if (type(preds) is not Tensor or type(target) is not Tensor or preds.dtype not in integral
-            or target.dtype not in integral or type(num_classes) is not int or not preds.is_cpu
-            or not target.is_cpu or preds.dim() != 1 or preds.shape != target.shape or not preds.numel()):
+            or target.dtype not in integral or type(num_classes) is not int or not host.on_host(preds)
+            or not host.on_host(target) or preds.dim() != 1 or preds.shape != target.shape or not preds.numel()):
         return False
     low, high = aminmax(preds)
     return low.item() >= 0 and high.item() < num_classes
@@ -81,8 +80,6 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
     import sys
 
     import torch
-
-    from tmpatch.api import is_patched
 
     Tensor = torch.Tensor
     confusion = importlib.import_module(_CONFUSION)
@@ -101,14 +98,14 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
         if not _tmpatch_route.on:
             return original(self, preds, target)
         # not in deterministic mode: the release's _bincount counts with a mesh there, the recorded update plainly
-        if CPU_FAST and first and aminmax is not None and not compiling() and not deterministic() \
+        if first and aminmax is not None and not compiling() and not deterministic() \
                 and _first_on_cpu(self, preds, target, integral, aminmax):
             try:
                 return original(self, preds, target)
             except RuntimeError:  # an invalid category (recorded below), or another error (raised again there)
-                if not recorded(self) or not active() or not is_patched(confusion._multiclass_confusion_matrix_update):
+                if not recorded(self) or not active() or not wrappers.is_patched(confusion._multiclass_confusion_matrix_update):
                     raise
-        elif not recorded(self) or not active() or not is_patched(confusion._multiclass_confusion_matrix_update):
+        elif not recorded(self) or not active() or not wrappers.is_patched(confusion._multiclass_confusion_matrix_update):
             return original(self, preds, target)
         token = current.set(Update(self))
         try:

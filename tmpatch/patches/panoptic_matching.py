@@ -34,7 +34,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, Tuple
 
-from tmpatch.patches._device_tensors import device_tensor
+from tmpatch.runtime.device_tensors import device_tensor
 from tmpatch.patches.panoptic_preprocess import MATCHING
 from tmpatch.spec import PATCHED, Decline, Label, Patch, Target, Variant, since, span
 

@@ -14,7 +14,7 @@ reads the device:
 
 Not fixed upstream (1.9.0 included).
 
-Repair (edits of those statements, :mod:`tmpatch.rewrite`; the rest is the release's code):
+Repair (edits of those statements, :mod:`tmpatch.engine.rewrite`; the rest is the release's code):
 
 * ``_isin`` of an integer tensor with Python int categories tests membership on the device
   without the list: a range test per run of consecutive ids (up to four runs), else a
@@ -45,14 +45,12 @@ import textwrap
 from types import ModuleType
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from tmpatch.compiled import ContextSlot, compiling
-from tmpatch import deferred
-from tmpatch.patches._device_tensors import device_tensor
+from tmpatch.runtime import host
+from tmpatch.runtime.compiled import ContextSlot, compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime.device_tensors import device_tensor
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
-#: on the CPU, take the release's statements (read the check at once; a failing update alone
-#: is counted); the tests turn it off to run the device path on the CPU
-CPU_FAST = True
 
 #: the most runs of consecutive ids tested one by one; more use a lookup table
 MAX_RUNS = 4
@@ -115,7 +113,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
     zeros, where = torch.zeros, torch.where
 
     def on_device(t: Any) -> bool:
-        return not (CPU_FAST and t.is_cpu and not compiling())
+        return not (host.on_host(t) and not compiling())
 
     def isin(arr: Any, values: Any) -> Any:
         """The release's ``(arr[..., None] == arr.new(values)).any(-1)``, without the list on the device;

@@ -9,7 +9,7 @@ the index ``torch.arange(...)`` is built on the host, so indexing a CUDA ``probs
 it copies it to the device first (a blocking copy from pageable memory). Not fixed
 upstream (1.9.0 included).
 
-Repair: that statement of the release's function (an edit, :mod:`tmpatch.rewrite`; the
+Repair: that statement of the release's function (an edit, :mod:`tmpatch.engine.rewrite`; the
 rest runs as released) takes the same probabilities, with the ``arange`` made on
 ``probs``' device (1.3.1+), and applies the mask only when ``ignore_index`` is given.
 Without it the mask keeps every element in order, so the vector summed is the release's,

@@ -6,7 +6,7 @@ the host, ``torch.tensor(list(permutations(range(spk_num))), device=device)``, a
 to the device: a blocking copy on the first update for each number of speakers and device
 (the table is cached afterwards). Not fixed upstream (1.9.0 included).
 
-Repair: that statement is edited (:mod:`tmpatch.rewrite`; the cache around it is the
+Repair: that statement is edited (:mod:`tmpatch.engine.rewrite`; the cache around it is the
 release's) to build the same int64 table on the device: the permutations of ``n``
 speakers in lexicographic order (``itertools.permutations``' order) are, for each first
 speaker ``j``, ``j`` followed by the permutations of ``n - 1`` speakers with every value
@@ -22,10 +22,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict
 
+from tmpatch.runtime import host
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
-#: on the CPU, the release's statement (no copy to save there); the tests turn it off
-CPU_FAST = True
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
@@ -37,7 +36,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         """``torch.tensor(list(itertools.permutations(range(spk_num))), device=device)`` made on the
         device, or None (the release's statement runs)."""
         where = device if type(device) is device_type else device_type(device)
-        if type(spk_num) is not int or spk_num < 1 or (CPU_FAST and where.type == "cpu"):
+        if type(spk_num) is not int or spk_num < 1 or host.host_device(where):
             return None
         table = zeros((1, 1), dtype=int64, device=where)  # the permutations of one speaker
         count = 1

@@ -35,14 +35,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple
 
-from tmpatch.compiled import compiling
-from tmpatch import deferred
-from tmpatch.deferred.marking import Marker
+from tmpatch.runtime import host
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, gated, since, span
 
-#: on the CPU, read the condition at once (free there) and count failing updates only; the
-#: tests turn it off to run the device path
-CPU_FAST = True
 
 #: the release's message (the same text in every release 1.0.0-1.9.0)
 MESSAGE = "`target` must contain `binary` values"
@@ -96,7 +94,7 @@ def build_check(module: ModuleType) -> Callable[..., Any]:
         if target.dtype is bool_:  # max <= 1 and min >= 0: the check cannot fail
             return out
         low, high = bounds(target)
-        if CPU_FAST and target.is_cpu and not compiling():
+        if host.on_host(target) and not compiling():
             if high.item() > 1 or low.item() < 0:  # a read costs nothing on the CPU
                 RECORD.add(metric, ones((), dtype=int64))
             return out

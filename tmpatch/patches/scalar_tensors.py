@@ -16,8 +16,8 @@ device, a blocking host-to-device copy on every ``update()``:
 
 Not fixed upstream (1.9.0 included).
 
-Repair: in each function the one statement is edited (:mod:`tmpatch.rewrite`; the rest is
-the release's code) to build the same tensor with :func:`tmpatch.patches._device_tensors.device_tensor`:
+Repair: in each function the one statement is edited (:mod:`tmpatch.engine.rewrite`; the rest is
+the release's code) to build the same tensor with :func:`tmpatch.runtime.device_tensors.device_tensor`:
 ``torch.full`` with ``torch.tensor``'s dtype (int64 for a count, the default float dtype
 for 0.0), which hands the number to a fill kernel instead of copying it. Same tensor, bit
 for bit, on every input; on the CPU ``torch.tensor`` itself runs. Only these statements
@@ -35,7 +35,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from packaging.specifiers import SpecifierSet
 
-from tmpatch.patches._device_tensors import built, swap
+from tmpatch.runtime.device_tensors import built, swap
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 

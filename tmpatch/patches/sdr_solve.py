@@ -30,14 +30,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Tuple
 
-from tmpatch import deferred
-from tmpatch.deferred.marking import Marker
-from tmpatch.compiled import compiling
+from tmpatch.runtime import host
+from tmpatch.runtime import deferred
+from tmpatch.runtime.deferred.marking import Marker
+from tmpatch.runtime.compiled import compiling
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
-#: on the CPU, read the error code at once (free there) and count failing updates only; the
-#: tests turn it off to run the device path
-CPU_FAST = True
 
 #: torch's message for a singular system (``torch.linalg.solve``, torch 2.1-2.13)
 MESSAGE = "torch.linalg.solve: The solver failed because the input matrix is singular."
@@ -66,7 +64,7 @@ MARK = Marker("tmpatch_sdr", RECORD)
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
     """``SignalDistortionRatio.update``, installed itself (``spec.inline``): the release's update,
-    marked when the metric has a book. On the CPU (``CPU_FAST``) it runs unmarked first: the
+    marked when the metric has a book. On the CPU (:func:`tmpatch.runtime.host.on_host`) it runs unmarked first: the
     release's solve checks for nothing but a singular system, which raises before a state
     changes; only then is the update marked and run again (its failure counted)."""
     import torch
@@ -79,7 +77,7 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
         original = _tmpatch_route.original
         if not _tmpatch_route.on:
             return original(self, preds, target)
-        if CPU_FAST and type(preds) is Tensor and preds.is_cpu and not compiling():
+        if type(preds) is Tensor and host.on_host(preds) and not compiling():
             try:
                 return original(self, preds, target)
             except failure:  # a singular system (marked below, counted), or none of ours (raised again there)
@@ -108,7 +106,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         metric = MARK.get()
         if metric is None:
             return linalg.solve(a, b)
-        if CPU_FAST and a.is_cpu and not compiling():
+        if host.on_host(a) and not compiling():
             try:  # the check costs nothing on the CPU: the release's solve, and a failure counted
                 return linalg.solve(a, b)
             except linalg.LinAlgError:  # a singular system: what the device path returns, counted

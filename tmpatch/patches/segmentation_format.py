@@ -7,7 +7,7 @@ on every ``update()`` of MeanIoU and GeneralizedDiceScore. Fixed upstream in 1.5
 ``input_format`` argument).
 
 Repair: the two ``if`` conditions come from one helper (an edit of the two statements,
-:mod:`tmpatch.rewrite`; the one-hot conversions are the release's): for a boolean tensor
+:mod:`tmpatch.engine.rewrite`; the one-hot conversions are the release's): for a boolean tensor
 ``t.bool() != t`` is all False, so its answer is known without a read. That is the
 documented one-hot format; MeanIoU and GeneralizedDiceScore updates with boolean inputs
 then read nothing. For other dtypes the format decides the shape of what follows, so it

@@ -9,7 +9,7 @@ upstream (1.9.0 included). (``power=0``, the default, has no check; its count co
 
 Repair: the class ``update`` marks the update of a metric with a deferred-report book
 (built while ``deferred_reports`` is applied). In a marked update each check's condition
-(an edit hands ``torch.any(a)`` and ``torch.any(b)`` to a helper, :mod:`tmpatch.rewrite`; outside
+(an edit hands ``torch.any(a)`` and ``torch.any(b)`` to a helper, :mod:`tmpatch.engine.rewrite`; outside
 a marked update it returns the release's ``a or b``) is counted on the device
 (``torch.any(a) | torch.any(b)``) instead of read, and the release's ``ValueError`` (its message,
 with the metric's ``power``) is raised once at the next ``compute()``. On the CPU the
@@ -29,14 +29,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.compiled import compiling
-from tmpatch import deferred
-from tmpatch.deferred.marking import Marker
+from tmpatch.runtime import host
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
-#: on the CPU, read the condition at once (free there) and count failing updates only; the tests
-#: turn it off to run the device path
-CPU_FAST = True
 
 #: check key -> the release's message after ``For power={power}, ``
 MESSAGES = {
@@ -79,7 +77,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         metric = MARK.get()
         if metric is None:
             return first if second is None else first or second
-        if CPU_FAST and first.is_cpu and not compiling():
+        if host.on_host(first) and not compiling():
             if bool(first) or (second is not None and bool(second)):  # a read costs nothing on the CPU
                 RECORDS[key].add(metric, ones((), dtype=int64))
             return False

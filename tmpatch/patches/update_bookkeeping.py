@@ -50,7 +50,7 @@ import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, Set
 
-from tmpatch.compiled import PLAIN_SLOT, compiling, pending
+from tmpatch.runtime.compiled import PLAIN_SLOT, compiling, pending
 from tmpatch.spec import Edit, Patch, Requirement, Rewrite, Route, Target, Variant, inline, since, span
 
 #: torch's code the repair stands for, by fingerprint: what ``nn.Module.__setattr__`` does with a value

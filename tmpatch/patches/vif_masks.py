@@ -9,7 +9,7 @@ single-channel VisualInformationFidelity (the assignments of ``0`` through the s
 become ``masked_fill`` on the device and do not sync). Not fixed upstream (1.9.0
 included).
 
-Repair: those two statements of the release's function (edits, :mod:`tmpatch.rewrite`;
+Repair: those two statements of the release's function (edits, :mod:`tmpatch.engine.rewrite`;
 the rest runs as released) become ``torch.where(mask, sigma_preds_sq, sigma_v_sq)``: the
 same values at the same positions, so the score is the release's bit for bit. (Backward
 through the release's function fails: it edits in place tensors that autograd saved, and

@@ -12,7 +12,7 @@ Defect: on every ``update()`` (and ``forward()``):
 
 Not fixed upstream (1.9.0 included).
 
-Repair (edits of one statement each, :mod:`tmpatch.rewrite`):
+Repair (edits of one statement each, :mod:`tmpatch.engine.rewrite`):
 
 * MultioutputWrapper: the index is made on the device with ``torch.full`` (the same int64
   0-d tensor), no copy;
@@ -38,7 +38,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict
 
-from tmpatch.patches._device_tensors import built, swap
+from tmpatch.runtime.device_tensors import built, swap
 from tmpatch.spec import INHERENT, PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tmpatch.patches.bincount import metrics
+from tests.conftest import cpu_shortcuts
 
 
 @pytest.fixture(autouse=True)
 def _recorded_on_the_cpu(request):
-    metrics.CPU_FAST = "test_cpu_fast" in request.module.__name__
+    cpu_shortcuts("test_cpu_fast" in request.module.__name__)
     yield
-    metrics.CPU_FAST = True
+    cpu_shortcuts(True)

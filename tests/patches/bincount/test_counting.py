@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 import tmpatch
 from tests.conftest import examples, assert_bitwise
 from tests.patches.bincount import cases
-from tmpatch import deferred
+from tmpatch.runtime import deferred
 from tmpatch.patches.bincount import counting
 from torchmetrics import classification as cls
 from torchmetrics.utilities import data

@@ -1,4 +1,4 @@
-"""bincount on the CPU with its shortcuts on (``metrics.CPU_FAST``): invalid classes give the
+"""bincount on the CPU with its shortcuts on (tmpatch.runtime.host: the CPU shortcuts on): invalid classes give the
 same states and the same report as the recorded update. test_invalid.py runs these tests with
 the shortcuts off; they are imported here and run with them on: where the release raises on
 every invalid class (``RELEASE_FIRST``) its update runs first and is recorded only when it
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import torchmetrics_release
-from tests.patches.bincount.test_invalid import (  # noqa: F401  (collected here with CPU_FAST on)
+from tests.patches.bincount.test_invalid import (  # noqa: F401  (collected here with the CPU shortcuts on)
     _policy,
     test_binned_curves_leave_invalid_classes_out,
     test_binned_micro_curve_leaves_invalid_classes_out,

@@ -17,7 +17,7 @@ import tmpatch
 from tests.conftest import examples, assert_bitwise, release_in
 from tests.patches.bincount import cases
 from tests.patches.bincount.cases import AVERAGES, CONFUSION, CURVES, MESSAGE, MULTICLASS_CURVE_AVERAGE, STAT_SCORES
-from tmpatch import settings as tm_settings
+from tmpatch.runtime import policies
 from torchmetrics import classification as cls
 
 SETTINGS = settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck))
@@ -25,9 +25,9 @@ SETTINGS = settings(max_examples=examples(25), deadline=None, suppress_health_ch
 
 @pytest.fixture(autouse=True)
 def _policy():
-    tm_settings.policy["bincount"] = "deferred"
+    policies.current["bincount"] = "deferred"
     yield
-    tm_settings.policy["bincount"] = "deferred"
+    policies.current["bincount"] = "deferred"
 
 
 def _check(kind, size, ignore, batches, make) -> None:
@@ -244,7 +244,7 @@ def test_eager_policy_is_the_release(data, family, kind):
     expected = make()
     failed = cases.updates(expected, batches)
     cases.apply()
-    tm_settings.policy["bincount"] = "eager"
+    policies.current["bincount"] = "eager"
     metric = make()
     assert cases.updates(metric, batches) == failed
     if failed is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import assert_bitwise
+from tests.conftest import assert_bitwise, cpu_shortcuts
 from tests.patches.bincount import cases
 from tmpatch.patches.bincount import metrics, updates
 from torchmetrics import classification as cls
@@ -20,7 +20,7 @@ def checked(monkeypatch):
     codes, or a mask of each (CPU shortcut off: the GPU's way)."""
     seen = []
     pairs, outside, not_binary = updates._pairs, updates.outside, updates.not_binary
-    monkeypatch.setattr(metrics, "CPU_FAST", False)
+    cpu_shortcuts(False)
     monkeypatch.setattr(updates, "_pairs", lambda n, device: seen.append(n) or pairs(n, device))
     monkeypatch.setattr(updates, "outside", lambda x, n: seen.append(x) or outside(x, n))
     monkeypatch.setattr(updates, "not_binary", lambda x: seen.append(x) or not_binary(x))

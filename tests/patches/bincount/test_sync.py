@@ -13,7 +13,7 @@ import torch
 import tmpatch
 from tests.conftest import release_in
 from tests.patches.bincount import cases
-from tmpatch import settings as tm_settings
+from tmpatch.runtime import policies
 from torchmetrics import classification as cls
 
 
@@ -127,8 +127,8 @@ def test_unpatched_metrics_still_sync():
     assert audit(make().update, preds, target, real=False).count >= 1
     cases.apply()
     early = make()
-    tm_settings.policy["bincount"] = "eager"
+    policies.current["bincount"] = "eager"
     try:
         assert audit(early.update, preds, target, real=False).count >= 1  # eager: the release's update
     finally:
-        tm_settings.policy["bincount"] = "deferred"
+        policies.current["bincount"] = "deferred"

@@ -14,7 +14,7 @@ upstream (1.9.0 included).
 
 Repair, without a copy of the release's code (the release's functions run, wrapped,
 and the statements that remove ignored positions or make the codes are edited:
-``tmpatch.rewrite``), in no more kernels than the release's update launches:
+``tmpatch.engine.rewrite``), in no more kernels than the release's update launches:
 
 * ``metrics.py``: the class ``update`` marks a *recorded update* (a metric with a
   deferred-report book; binned curves only);

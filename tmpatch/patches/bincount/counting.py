@@ -13,8 +13,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple
 
-from tmpatch import deferred, settings
-from tmpatch.compiled import ContextSlot, compiling
+from tmpatch.runtime import deferred
+from tmpatch.runtime import policies
+from tmpatch.runtime.compiled import ContextSlot, compiling
 from tmpatch.patches import _constants
 from tmpatch.spec import gated
 
@@ -125,7 +126,7 @@ def recorded() -> Optional[Update]:
 
 def active() -> bool:
     """Whether the bincount policy defers reports (``TMPATCH_BINCOUNT``)."""
-    return settings.policy.get("bincount", "deferred") == "deferred"
+    return policies.current.get("bincount", "deferred") == "deferred"
 
 
 # -- device tables: made once per device (in compiled code: in the graph) ------------------

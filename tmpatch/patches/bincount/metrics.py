@@ -8,7 +8,7 @@ Accuracy, F1, CohenKappa, JaccardIndex, AUROC, AveragePrecision, ROC, ...) opens
 Unbinned curves keep the release's update: their states hold the kept values
 themselves, so the removal of ignored positions is inherent there.
 
-On the CPU (``CPU_FAST``) an update is not recorded where the release's own update
+On the CPU (:func:`tmpatch.runtime.host.on_host`) an update is not recorded where the release's own update
 gives the same states and the same report; :func:`cpu_way` tells which of three ways:
 
 * ``RELEASE``: the release's update counts nothing differently (stat scores with
@@ -36,7 +36,8 @@ import sys
 from types import ModuleType
 from typing import Any, Callable
 
-from tmpatch.compiled import compiling
+from tmpatch.runtime import host
+from tmpatch.runtime.compiled import compiling
 from tmpatch.patches.bincount.counting import RECORD, Update, active, current
 from tmpatch.spec import Route, inline
 
@@ -65,9 +66,6 @@ def _raises_first(data: Any) -> bool:
     release = getattr(sys.modules.get("torchmetrics"), "__version__", None)
     return isinstance(release, str) and Version("0.10.2") <= Version(release) < Version("0.11.2")
 
-#: on the CPU, take the release's update where it gives the same states and report (module
-#: docstring); the tests of the recorded update turn it off
-CPU_FAST = True
 
 #: the ways of a CPU update (:func:`cpu_way`); 0 (falsy): recorded
 RECORDED, RELEASE, RELEASE_FIRST, CHECKED = 0, 1, 2, 3
@@ -96,8 +94,8 @@ def cpu_way(metric: Any, preds: Any, target: Any, curve: bool) -> int:
     Always ``RECORDED`` while torch.compile traces."""
     if compiling():
         return RECORDED
-    if (type(preds) is not Tensor or type(target) is not Tensor or not preds.is_cpu
-            or not target.is_cpu or preds.requires_grad):
+    if (type(preds) is not Tensor or type(target) is not Tensor or not host.on_host(preds)
+            or not host.on_host(target) or preds.requires_grad):
         return RECORDED
     # read from the instance (torchmetrics sets them there): a missing attribute on an nn.Module
     # costs an exception; one not found here only makes the way stricter, never looser
@@ -171,7 +169,7 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
             original = _tmpatch_route.original
             if not _tmpatch_route.on:
                 return original(self, preds, target)
-            way = cpu_way(self, preds, target, curve) if CPU_FAST else RECORDED
+            way = cpu_way(self, preds, target, curve)
             if way == RELEASE_FIRST:
                 try:
                     return original(self, preds, target)

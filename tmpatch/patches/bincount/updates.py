@@ -2,7 +2,7 @@
 
 In a recorded update (``counting.recorded()``) the statements that turn classes into the
 codes ``_bincount`` counts (and, for multilabel functions, remove the negative ones) are
-replaced (:mod:`tmpatch.rewrite`) by helpers that make the same codes for every valid
+replaced (:mod:`tmpatch.engine.rewrite`) by helpers that make the same codes for every valid
 position and, in the same kernels, codes outside the count's bins for every position to
 leave out (ignored, or not a valid class): the target is clamped to one value past each
 end of its classes, and the codes are made from it with the release's arithmetic folded
@@ -36,7 +36,7 @@ import math
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tmpatch import deferred
+from tmpatch.runtime import deferred
 from tmpatch.patches.bincount.counting import (
     Update, _wide_int, current, fill_wide, not_binary, outside, recorded, table,
 )

@@ -17,7 +17,7 @@ min, cat, None, custom callables) are the release's. Wraps
 ``MetricCollection.compute`` (3 implementations) so that the members about to
 sync exchange their states together (two ``all_gather`` per process group and
 device), before they compute (:mod:`.flow`). The deferred reports' records
-(:mod:`tmpatch.deferred`, when it has ``local_records``/``set_synced``) ride in
+(:mod:`tmpatch.runtime.deferred`, when it has ``local_records``/``set_synced``) ride in
 the same buffers, summed over the ranks.
 
 Values are the release's bit for bit; the local rank's entry is the caller's
@@ -34,6 +34,7 @@ import sys
 from types import ModuleType
 from typing import Any, Callable
 
+from tmpatch.runtime import wrappers
 from tmpatch.spec import Patch, Target, Variant, since, span
 
 #: fingerprints of ``torchmetrics.utilities.distributed.gather_all_tensors`` whose
@@ -64,7 +65,7 @@ def _check_torch() -> None:
 
 @functools.lru_cache(maxsize=None)
 def _rules_for(sync_code: str, gather: Callable[..., Any]) -> Any:
-    from tmpatch.fingerprint import fingerprint
+    from tmpatch.engine.fingerprint import fingerprint
     from tmpatch.patches.coalesced_sync.plan import Rules
 
     _check_torch()
@@ -87,13 +88,12 @@ def _rules_for(sync_code: str, gather: Callable[..., Any]) -> Any:
 
 def _rules() -> Any:
     """The rules of the loaded release (its ``_sync_dist`` and ``gather_all_tensors``)."""
-    import tmpatch
-    from tmpatch.fingerprint import fingerprint
+    from tmpatch.engine.fingerprint import fingerprint
 
     metric_module = sys.modules["torchmetrics.metric"]
     distributed = sys.modules["torchmetrics.utilities.distributed"]
-    sync_code = fingerprint(tmpatch.get_original(vars(metric_module.Metric)["_sync_dist"]))
-    return _rules_for(sync_code, tmpatch.get_original(distributed.gather_all_tensors))
+    sync_code = fingerprint(wrappers.get_original(vars(metric_module.Metric)["_sync_dist"]))
+    return _rules_for(sync_code, wrappers.get_original(distributed.gather_all_tensors))
 
 
 def _build_sync_dist(module: ModuleType) -> Callable[..., Any]:
@@ -110,7 +110,6 @@ def _build_sync_dist(module: ModuleType) -> Callable[..., Any]:
 
 
 def _build_collection_compute(module: ModuleType) -> Callable[..., Any]:
-    import tmpatch
     from tmpatch.patches.coalesced_sync import flow
 
     rules = _rules()
@@ -118,7 +117,7 @@ def _build_collection_compute(module: ModuleType) -> Callable[..., Any]:
     metric_class = metric_module.Metric
 
     def compute(original: Callable[..., Any], collection: Any) -> Any:
-        if not tmpatch.is_patched(vars(metric_class)["_sync_dist"]):
+        if not wrappers.is_patched(vars(metric_class)["_sync_dist"]):
             return original(collection)
         return flow.collection_compute(rules, metric_class, metric_module, original, collection)
 

@@ -15,6 +15,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from tmpatch.runtime import wrappers
+
 log = logging.getLogger("tmpatch")
 
 STATE, CONCAT, EMPTY = "state", "concat", "empty"
@@ -38,9 +40,7 @@ class Rules:
         ``gather_autograd`` layer (another tool's wrapper is the user's: not default)."""
         if fn is self.raw:
             return True
-        import tmpatch
-
-        return tmpatch.is_patched(fn) and tmpatch.get_original(fn) is self.raw
+        return wrappers.is_patched(fn) and wrappers.get_original(fn) is self.raw
 
     def local_graph(self, fn: Any) -> bool:
         """Whether the local rank's entry is the caller's tensor (its graph kept)."""
@@ -170,7 +170,7 @@ class Replay:
 
 
 def records_api() -> Tuple[Optional[Callable[[Any], Dict[str, Any]]], Optional[Callable[[Any, Dict[str, Any]], None]]]:
-    """``(local_records, set_synced)`` of :mod:`tmpatch.deferred` (None, None before it has them)."""
-    from tmpatch import deferred
+    """``(local_records, set_synced)`` of :mod:`tmpatch.runtime.deferred` (None, None before it has them)."""
+    from tmpatch.runtime import deferred
 
     return getattr(deferred, "local_records", None), getattr(deferred, "set_synced", None)

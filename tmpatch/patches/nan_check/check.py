@@ -8,15 +8,14 @@ import warnings
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tmpatch import deferred, settings
-from tmpatch.compiled import compiling
-from tmpatch.deferred import ANY
+from tmpatch.runtime import host
+from tmpatch.runtime import deferred
+from tmpatch.runtime import policies
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime.deferred import ANY
 from tmpatch.patches import _constants
 from tmpatch.patches.nan_check.report import RECORD, _loaded, _Release
 
-#: on the CPU, an update without NaN takes the cast alone (no sync to save there); off, every
-#: update takes the device path (the tests compare the two on real values)
-CPU_FAST = True
 
 _NEUTRAL = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf}
 _INT64 = (-(2**63), 2**63)
@@ -51,7 +50,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         warn = module.rank_zero_warn if release.rank_zero else warnings.warn
         _loaded.update(release=release, rank_zero_warn=warn)
         cache = _Cache(_classifier(module))  # an object: a dict in a traced closure is a guard on its length
-        policy = settings.policy
+        policy = policies.current
         # not ``deferred._books`` in this closure: torch.compile guards the length of a dict a traced
         # closure holds, and that one changes whenever any metric is built or collected (a recompile)
         has_book = deferred.book_of
@@ -102,7 +101,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             else:
                 both = maximum(x, weight)  # NaN exactly where either is (maximum propagates NaN)
                 nan = both != both
-            if shortcut and CPU_FAST and x.is_cpu and x.is_floating_point() and x.is_contiguous() \
+            if shortcut and host.on_host(x) and x.is_floating_point() and x.is_contiguous() \
                     and (weight is None or (weight.is_floating_point() and weight.shape == x.shape)) \
                     and not nan.any():
                 # the CPU has no sync to save: with no NaN, the tensors every branch below gives

@@ -5,7 +5,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from tmpatch import deferred
+from tmpatch.runtime import deferred
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import sys
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from tmpatch.compiled import ContextSlot
+from tmpatch.runtime.compiled import ContextSlot
 from tmpatch.spec import VALUE_MOVE
 
 CLASS_MODULE = "torchmetrics.regression.pearson"

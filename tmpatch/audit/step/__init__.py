@@ -1,0 +1,6 @@
+"""The user's own step (``tmpatch audit --step``): its syncs at the user's lines,
+unpatched and patched.
+
+Contract: the two runs (:mod:`~tmpatch.audit.step.run`) and their text
+(:mod:`~tmpatch.audit.step.text`); built on the oracle and the panel's labels.
+"""

@@ -1,0 +1,376 @@
+"""The public API: ``apply()``, ``revert()``, ``status()``.
+
+This layer joins the catalogue (:mod:`tmpatch.patches`, which knows
+torchmetrics) to the engine (:mod:`tmpatch.engine.core`, which knows wrapt): it
+gates each patch on the release and on the fingerprint of the code it finds,
+and keeps the row ``status()`` shows for it.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import types
+import warnings
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+
+from tmpatch import patches as catalogue
+from tmpatch.engine import cache
+from tmpatch.runtime import compiled
+from tmpatch.control import gating, selection, settings
+from tmpatch.engine.core import Engine
+from tmpatch.spec import Patch, Target, Variant
+from tmpatch.control.report import PatchStatus, Report, State
+from tmpatch.runtime import wrappers
+from tmpatch.runtime.policies import current as current_policies
+
+log = logging.getLogger("tmpatch")
+
+Names = Union[None, str, Iterable[str]]
+
+
+class TmpatchError(RuntimeError):
+    """``apply(strict=True)`` could not apply every requested patch."""
+
+
+class TmpatchWarning(UserWarning):
+    """Something tmpatch could not do; the program runs on unpatched."""
+
+
+_engine = Engine()
+wrappers.answer_with(_engine.layer_of)  # what patched code may ask about the wrappers
+_rows: Dict[str, Tuple[str, str]] = {}  # name -> (state, reason)
+#: applied patch -> its variant and built piece (``gating.build``), for one target
+Held = Dict[str, Tuple[Variant, Optional[Callable[..., Any]]]]
+_held: Dict[Tuple[str, str], Held] = {}  # target key -> the patches that hold it
+_pending: Set[str] = set()
+_warned_missing = False
+
+
+def _scope(target: Target) -> str:
+    return target.module.split(".")[0]
+
+
+def _key(target: Target) -> Tuple[str, str]:
+    return (target.module, target.qualname)
+
+
+def _is_applied(name: str) -> bool:
+    return _rows.get(name, (State.OFF, ""))[0] == State.APPLIED
+
+
+# -- installing ----------------------------------------------------------------
+def _here(patch: Patch) -> List[Target]:
+    return gating.here(patch, catalogue.release())
+
+
+def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
+    return gating.recognise(patch, catalogue.release(), lambda target: _engine.original(_key(target)))
+
+
+def _joined(key: Tuple[str, str], module: Any, holders: Held) -> Callable[..., Any]:
+    """The replacement of ``holders`` for the target ``key``: made from the original that
+    tmpatch's layer wraps while it is in place (whatever a mock has put on top of it now)."""
+    layer = _engine.layer(key)
+    original = layer.original if layer is not None and layer.active else _engine.original(key)
+    return gating.joined(original, module, list(holders.values()))
+
+
+def _holders(key: Tuple[str, str]) -> Held:
+    """The applied patches that hold the target ``key`` (several only for edits), in catalogue order."""
+    held = _held.get(key, {})
+    return {name: held[name] for name in catalogue.NAMES if name in held}
+
+
+def _put(target: Target, patch: Patch, variant: Variant, sweep: bool) -> None:
+    """Install ``patch``'s replacement for ``target``, joined with those of the patches that
+    hold it already (edits applied together, wrappers around them)."""
+    key = _key(target)
+    module = sys.modules[target.module]
+    part = (variant, gating.build(variant, module))
+    joined = {**_holders(key), patch.name: part}
+    replacement = _joined(key, module, {name: joined[name] for name in catalogue.NAMES if name in joined})
+    layer = _engine.layer(key)
+    if layer is not None and layer.active:
+        _engine.swap(key, replacement)
+    else:
+        _engine.install(key, replacement, method="." in target.qualname, scope=_scope(target), sweep=sweep)
+    _held.setdefault(key, {})[patch.name] = part
+
+
+def _take(target: Target, patch: Patch, dropped: Dict[str, str]) -> str:
+    """Remove ``patch``'s part of ``target``: the layer goes with its last holder. Never
+    raises: the other holders' replacement is joined from their pieces as built when they
+    were applied (no builder runs, nothing installed now is read); should that still fail,
+    the layer goes too and each of them is put in ``dropped``, with why (:func:`_drop`).
+    Returns what had to be left in place, if anything."""
+    key = _key(target)
+    held = _held.get(key, {})
+    if held.pop(patch.name, None) is None:
+        return ""  # recognised only (a fixed variant), or never installed: nothing of this patch there
+    rest = _holders(key)
+    if rest:
+        try:
+            _engine.swap(key, _joined(key, sys.modules[target.module], rest))
+            return ""
+        except Exception as exc:  # noqa: BLE001 - a removal never fails half-way
+            why = f"{target.path} could not be rebuilt without {patch.name} ({type(exc).__name__}: {exc})"
+            log.warning("tmpatch: %s; taken out too: %s", why, ", ".join(rest))
+            held.clear()
+            for name in rest:
+                dropped.setdefault(name, why)
+    return _engine.remove(key, scope=_scope(target))
+
+
+def _withdraw(patch: Patch, dropped: Dict[str, str]) -> str:
+    """Take every part of ``patch`` out (:func:`_take`, ``after_revert``); never raises.
+    Returns the row's reason."""
+    notes = []
+    for target in _here(patch):
+        before = set(dropped)
+        residue = _take(target, patch, dropped)
+        if residue:
+            notes.append(residue)
+        lost = [name for name in dropped if name not in before]
+        if lost:
+            notes.append(f"{', '.join(lost)} could not keep {target.path} without it: reverted too")
+    if patch.after_revert is not None:
+        try:
+            patch.after_revert()
+        except Exception as exc:  # noqa: BLE001
+            log.exception("tmpatch: %s: after_revert failed", patch.name)
+            notes.append(f"after_revert failed ({type(exc).__name__}: {exc})")
+    return "; ".join(notes) or "originals restored"
+
+
+def _drop(dropped: Dict[str, str]) -> None:
+    """A patch is in place whole or not at all: the patches that lost a target they shared
+    with one taken out (:func:`_take`) are taken out too, their rows failed and saying why."""
+    while dropped:
+        name = next(n for n in catalogue.NAMES if n in dropped)
+        why = dropped.pop(name)
+        if _is_applied(name):
+            note = _withdraw(catalogue.load(name), dropped)
+            _rows[name] = (State.FAILED, f"{why}; {name} taken out whole: {note}")
+
+
+def _install(patch: Patch, sweep: bool) -> None:
+    state, reason, found = _recognise(patch)
+    if state == State.APPLIED:
+        done: List[Target] = []
+        try:
+            for target, variant in found:
+                if variant.fixed:
+                    continue
+                _put(target, patch, variant, sweep)
+                done.append(target)
+        except Exception as exc:  # noqa: BLE001 - a patch must never break the program
+            dropped: Dict[str, str] = {}
+            for target in done:
+                _take(target, patch, dropped)
+            _drop(dropped)
+            state, reason = State.FAILED, f"{type(exc).__name__}: {exc}; original left in place"
+    if state == State.APPLIED:
+        compiled.prepare(_engine.arm)  # what the patches' compiled paths need of torch (once; cheap after)
+    if state == State.APPLIED and patch.after_apply is not None:
+        patch.after_apply()
+    if state == State.APPLIED:
+        log.info("tmpatch: %s applied (%s)", patch.name, reason)
+    elif state in State.PROBLEMS and not gating.declined(patch, catalogue.release()):
+        log.warning("tmpatch: %s %s: %s", patch.name, state, reason)
+    elif state in State.PROBLEMS:  # a release the patch leaves alone on purpose: status() says why
+        log.info("tmpatch: %s %s: %s", patch.name, state, reason)
+    else:
+        log.debug("tmpatch: %s %s: %s", patch.name, state, reason)
+    _rows[patch.name] = (state, reason)
+
+
+def _loaded(module_name: str, just_loaded: types.ModuleType) -> bool:
+    """Whether a module has finished executing (the one a hook fires for has)."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        return False
+    return module is just_loaded or not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+def _host_importing(just_loaded: types.ModuleType) -> bool:
+    """Whether torchmetrics itself is still half-way through its import (the hook fires for one of
+    the modules it imports): the hooks of that import share one look through ``sys.modules``."""
+    return catalogue.HOST in sys.modules and not _loaded(catalogue.HOST, just_loaded)
+
+
+def _on_import(module: types.ModuleType) -> None:
+    """Post-import hook: install every pending patch whose modules are all loaded.
+
+    A module still half-way through its own import (it imported the one the
+    hook fires for) does not count: its own hook comes when it is done.
+    """
+    importing = _host_importing(module)
+    with _engine.lock, _engine.batch(resume=importing):
+        for name in [n for n in catalogue.NAMES if n in _pending]:
+            patch = catalogue.load(name)
+            if all(_loaded(target.module, module) for target in _here(patch)):
+                _pending.discard(name)
+                try:
+                    _install(patch, sweep=True)
+                except Exception as exc:  # noqa: BLE001
+                    _rows[name] = (State.FAILED, f"{type(exc).__name__}: {exc}")
+                    log.exception("tmpatch: %s failed", name)
+        if not importing:
+            cache.flush()  # torchmetrics' own hook ends its import: what it computed is written once
+
+
+def _arm(patch: Patch) -> None:
+    _pending.add(patch.name)
+    for target in _here(patch):
+        if target.module not in sys.modules:
+            _engine.arm(target.module, _on_import)
+    if catalogue.HOST not in sys.modules:
+        _engine.arm(catalogue.HOST, _on_import)  # the end of its import (see _host_importing)
+
+
+def _disarm_unused() -> None:
+    needed = {t.module for name in _pending for t in _here(catalogue.load(name))}
+    if _pending:
+        needed.add(catalogue.HOST)
+    if _pending or any(state == State.APPLIED for state, _ in _rows.values()):
+        needed.add(compiled.DYNAMO)  # the patches still applied need torch.compile's pieces bound on its import
+    for module_name in _engine.armed():
+        if module_name not in needed:
+            _engine.disarm(module_name)
+
+
+# -- public API ---------------------------------------------------------------
+def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False, **policies: str) -> Report:
+    """Apply tmpatch's patches (all, or the ``patches`` named, less ``exclude``).
+
+    Idempotent and thread-safe: applying twice leaves one layer. Before
+    torchmetrics is imported nothing is imported: the patches arm post-import
+    hooks and take effect on import. A patch whose target is not recognised is
+    left alone and its row says why; with ``strict=True`` that raises
+    :class:`TmpatchError` (the other patches stay applied). ``policies``:
+    one keyword per run-time policy of :data:`tmpatch.control.settings.POLICIES`
+    (``nan_check="eager"``, ``bincount="eager"`` ...). Every argument is
+    checked before anything changes (``TypeError``/``ValueError`` naming the
+    valid ones). Returns the report.
+    """
+    global _warned_missing
+    selected, excluded, chosen_policies = selection.check_apply(patches, exclude, strict, policies)
+    current_policies.update(chosen_policies)
+    with _engine.lock:
+        catalogue.forget_release()  # an upgrade since the last apply() is seen
+        if not catalogue.installed():
+            message = "tmpatch: torchmetrics is not installed; the patches are armed in case it is imported later"
+            if strict:
+                raise TmpatchError(message)
+            if not _warned_missing:
+                _warned_missing = True
+                warnings.warn(message, TmpatchWarning, stacklevel=2)
+        for name in excluded:
+            if not _is_applied(name) and name not in _pending:
+                _rows[name] = (State.EXCLUDED, "left out by the caller")
+        with _engine.batch():
+            for name in selected:
+                if _is_applied(name) or name in _pending:
+                    continue
+                patch = catalogue.load(name)
+                if gating.settled(patch, catalogue.release()) is not None or \
+                        all(target.module in sys.modules for target in _here(patch)):
+                    _install(patch, sweep=True)
+                else:
+                    _arm(patch)
+                    reason = "armed: applies when torchmetrics is imported"
+                    if catalogue.HOST in sys.modules:
+                        missing = next(t.module for t in _here(patch) if t.module not in sys.modules)
+                        reason = f"armed: applies when {missing} is imported"
+                    if not catalogue.installed():
+                        reason = "torchmetrics is not installed; armed in case it is imported later"
+                    _rows[name] = (State.PENDING, reason)
+        cache.flush()
+        report = status()
+    if strict:
+        problems = report.problems(selected)
+        if problems:
+            raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
+    return report
+
+
+def revert(patches: Names = None) -> Report:
+    """Undo ``apply()`` (for all patches, or those named).
+
+    Every reference tmpatch rebound points at the original object again and
+    hooks are disarmed. A layer another tool wrapped on top of tmpatch's is
+    never unwrapped: tmpatch's own layer then stays as a pass-through and the
+    row's reason says so. Nothing another tool installed (a mock, a wrapper) makes it
+    raise or stop half-way: a patch that shares a target with a reverted one and cannot
+    keep it alone is taken out too, its row failed and naming the target.
+    ``apply()`` works again afterwards.
+    """
+    chosen = selection.names(patches, "tmpatch.revert(patches=...)")
+    with _engine.lock, _engine.batch():
+        dropped: Dict[str, str] = {}
+        for name in catalogue.NAMES:
+            if chosen is not None and name not in chosen:
+                continue
+            if name in _pending:
+                _pending.discard(name)
+                _rows[name] = (State.REVERTED, "reverted before torchmetrics was imported")
+            elif _is_applied(name):
+                _rows[name] = (State.REVERTED, _withdraw(catalogue.load(name), dropped))
+            elif name in _rows and _rows[name][0] != State.REVERTED:
+                del _rows[name]  # not-needed, mismatch, excluded ...: nothing of tmpatch is left
+        _drop(dropped)
+        _disarm_unused()
+        return status()
+
+
+def status() -> Report:
+    """The report: one row per patch (name, target, state, reason, release)."""
+    with _engine.lock:
+        release = catalogue.release() or "not installed"
+        rows = []
+        for name in catalogue.NAMES:
+            patch = catalogue.load(name)
+            state, reason = _rows.get(name, (State.OFF, "not applied in this process"))
+            if state == State.REVERTED:
+                back = [place for t in patch.targets for place in _engine.lingering(_key(t))]
+                if back:
+                    reason = (f"{reason}; tmpatch's inactive wrapper is in {', '.join(back)} again (put back by "
+                              "another tool after revert): it calls the original")
+            rows.append(PatchStatus(name, patch.target_text, state, reason, release))
+        return Report(rows)
+
+
+def is_patched(obj: object) -> bool:
+    """Whether ``obj`` is one of tmpatch's active wrappers (False for anything else)."""
+    layer = _engine.layer_of(obj)
+    return layer is not None and layer.active
+
+
+def get_original(obj: object) -> object:
+    """The release's own function under a tmpatch wrapper (``obj`` otherwise)."""
+    layer = _engine.layer_of(obj)
+    return obj if layer is None else layer.original
+
+
+def exclude_again(reasons: Dict[str, str]) -> None:
+    """Mark these patches excluded again, with their reasons, where nothing of them is in
+    effect now (:func:`tmpatch.control.session.restore`)."""
+    with _engine.lock:
+        for name, reason in reasons.items():
+            if name not in _pending and not _is_applied(name):
+                _rows[name] = (State.EXCLUDED, reason)
+
+
+def armed() -> List[str]:
+    """The modules whose post-import hooks tmpatch has armed now."""
+    return _engine.armed()
+
+
+def disarm(module_name: str) -> None:
+    """Disarm tmpatch's post-import hook of ``module_name`` (see :mod:`tmpatch.control.session`)."""
+    _engine.disarm(module_name)
+
+
+def patch_names() -> Sequence[str]:
+    """Every patch name tmpatch knows."""
+    return catalogue.NAMES

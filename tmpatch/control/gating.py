@@ -1,0 +1,149 @@
+"""Gating: which of a patch's targets a release has, whether their code is code the
+patch was written for, and the one replacement that several patches holding one
+target make together.
+
+Pure functions of the catalogue's declarations (:mod:`tmpatch.spec`) and of the
+functions found; :mod:`tmpatch.control.api` keeps the state and calls the engine.
+"""
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from tmpatch.engine import rewrite
+from tmpatch import spec
+from tmpatch.engine.references import PatchError
+from tmpatch.engine.fingerprint import FingerprintError, fingerprint
+from tmpatch.control.report import State
+from tmpatch.spec import Patch, Requirement, Rewrite, Target, Variant
+
+Found = List[Tuple[Target, Variant]]
+
+
+def here(patch: Patch, release: Optional[str]) -> List[Target]:
+    """The patch's targets that ``release`` has (``Target.present``; all when unknown)."""
+    return [t for t in patch.targets if t.present is None or release is None or spec.contains(t.present, release)]
+
+
+def settled(patch: Patch, release: Optional[str]) -> Optional[Tuple[str, str]]:
+    """The state and reason of ``patch`` on a ``release`` that leaves no code to look at: one
+    outside ``known``, or one the patch declines (``Patch.declines``); None otherwise."""
+    if release is None:
+        return None
+    if not spec.contains(patch.known, release):
+        return State.UNSUPPORTED, f"written for torchmetrics {spec.describe(patch.known)}; this is {release}"
+    for decline in patch.declines:
+        if spec.contains(decline.releases, release):
+            return (State.UNSUPPORTED if decline.needed else State.NOT_NEEDED), decline.reason
+    return None
+
+
+def declined(patch: Patch, release: Optional[str]) -> bool:
+    """Whether ``release`` is one ``patch`` declines (``Patch.declines``): left alone on purpose,
+    so not worth a warning at every start (its row says why)."""
+    return release is not None and any(spec.contains(d.releases, release) for d in patch.declines)
+
+
+def recognise(patch: Patch, release: Optional[str], original: Callable[[Target], Any]) -> Tuple[str, str, Found]:
+    """What to do with ``patch`` on ``release``: a state, its reason, and the variants
+    found (empty unless the state is APPLIED or NOT_NEEDED). ``original(target)`` gives
+    the release's function (raising :class:`PatchError` when it cannot be found)."""
+    done = settled(patch, release)
+    if done is not None:
+        return done[0], done[1], []
+    found: Found = []
+    for target in here(patch, release):
+        try:
+            obj = original(target)
+        except PatchError as exc:
+            return State.MISMATCH, str(exc), []
+        if type(obj) is not types.FunctionType:  # a proxy passes isinstance; not this
+            return (State.MISMATCH, f"{target.path} is a {type(obj).__name__}, not the release's own function "
+                    "(wrapped by another tool?)", [])
+        try:
+            code = fingerprint(obj)
+        except FingerprintError as exc:
+            return State.MISMATCH, str(exc), []
+        variant = target.variant_for(code)
+        if variant is None:
+            return State.MISMATCH, f"code of {target.qualname} not recognised (fingerprint {code}); left alone", []
+        found.append((target, variant))
+    for requirement in patch.relies_on if found else ():
+        problem = _unrecognised(requirement)
+        if problem:
+            return State.MISMATCH, problem, []
+    if not found:
+        return State.NOT_NEEDED, f"nothing to repair: {release} has none of its targets ({patch.upstream})", found
+    if all(variant.fixed for _, variant in found):
+        return State.NOT_NEEDED, f"upstream fix present (code of {common(found)})", found
+    return State.APPLIED, f"code of {common(found)} recognised", found
+
+
+def _unrecognised(requirement: Requirement) -> str:
+    """Why the code ``requirement`` names is not code the patch was written for ('' if it is)."""
+    obj: Any = sys.modules.get(requirement.module)
+    for part in requirement.qualname.split(".") if obj is not None else ():
+        obj = getattr(obj, part, None)
+    if obj is None:
+        return "" if None in requirement.fingerprints else f"relies on {requirement.path}, which is absent; left alone"
+    try:
+        code = fingerprint(obj)
+    except FingerprintError as exc:
+        return f"relies on {requirement.path}: {exc}; left alone"
+    if code not in requirement.fingerprints:
+        return f"relies on {requirement.path}, whose code is not recognised (fingerprint {code}); left alone"
+    return ""
+
+
+def common(found: Found) -> str:
+    """The releases whose code every target shares with this one: the overlap of the
+    variants' ranges (``1.4.0-1.5.2``), or, should they not overlap, the ranges listed."""
+    ranges = {variant.releases for _, variant in found}
+    bounds = [spec.bounds(r) for r in ranges]
+    firsts = [b[0] for b in bounds if b[0] is not None]
+    lasts = [b[1] for b in bounds if b[1] is not None]
+    low = max(firsts) if firsts else None
+    high = min(lasts) if lasts else None
+    if low is None or (high is not None and low > high):
+        return ", ".join(sorted(spec.describe(r) for r in ranges))
+    if high is None:
+        return f"{low}+"
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def _around(wrapper: Callable[..., Any], inner: Optional[Callable[..., Any]]) -> Callable[..., Any]:
+    """``wrapper`` (a replacement) run around ``inner`` (a replacement, or the original itself)."""
+    if inner is None:
+        return wrapper
+
+    def joined(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        def within(*a: Any, **k: Any) -> Any:
+            return inner(original, *a, **k)
+
+        return wrapper(within, *args, **kwargs)
+
+    return joined
+
+
+def build(variant: Variant, module: Any) -> Optional[Callable[..., Any]]:
+    """A wrapping variant's piece of a joined replacement, built once (None for an edit:
+    edits are joined from the original each time, :func:`joined`)."""
+    if isinstance(variant.build, Rewrite) or variant.build is None:
+        return None
+    return variant.build(module)
+
+
+def joined(original: Callable[..., Any], module: Any,
+           parts: Sequence[Tuple[Variant, Optional[Callable[..., Any]]]]) -> Callable[..., Any]:
+    """One replacement for every variant that holds one target (in catalogue order), each
+    with its piece (:func:`build`; built when its patch was applied, so a change of holders
+    calls no builder of the others): the edits applied together to ``original``, then the
+    wrappers around it, the first outermost."""
+    edits = [v.build for v, _ in parts if isinstance(v.build, Rewrite)]
+    inner = rewrite.replacement(original, module, edits) if edits else None
+    for variant, piece in reversed([part for part in parts if not isinstance(part[0].build, Rewrite)]):
+        assert piece is not None, variant
+        inner = _around(piece, inner)
+    assert inner is not None
+    return inner
