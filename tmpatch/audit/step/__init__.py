@@ -2,5 +2,6 @@
 unpatched and patched.
 
 Contract: the two runs (:mod:`~tmpatch.audit.step.run`) and their text
-(:mod:`~tmpatch.audit.step.text`); built on the oracle and the panel's labels.
+(:mod:`~tmpatch.audit.step.text`), and the command (:mod:`~tmpatch.audit.step.cli`); built on the oracle and
+the panel's labels.
 """
