@@ -45,6 +45,7 @@ forward/reset steps around it; ``revert.py``: pending reports across ``revert()`
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -96,6 +97,9 @@ class Book:
 
 #: id(metric) -> its book (metrics built while deferred_reports is applied)
 _books: Dict[int, Book] = {}
+#: held while a book's evidence and counts change: an update adding evidence, a gather folding it
+#: (``revert()`` gathers every book from the thread that reverts) and a settle taking the counts
+LOCK = threading.RLock()
 
 
 #: attribute of the settling ``compute`` the patch puts on a metric (an instance attribute
@@ -155,15 +159,16 @@ def gather(book: Book) -> None:
     counts) into its counts."""
     if not book.marked:
         return
-    book.marked = False
-    if book.pending:
-        _fold(book)
-    if book.traced_marked:
-        book.traced_marked = False
-        for key, value in list(book.traced.items()):
-            old = book.counts.get(key)
-            book.counts[key] = value.clone() if old is None else old + value
-            value.zero_()  # the entry keeps its address (a static input of a captured CUDA graph)
+    with LOCK:
+        book.marked = False
+        if book.pending:
+            _fold(book)
+        if book.traced_marked:
+            book.traced_marked = False
+            for key, value in list(book.traced.items()):
+                old = book.counts.get(key)
+                book.counts[key] = value.clone() if old is None else old + value
+                value.zero_()  # the entry keeps its address (a static input of a captured CUDA graph)
 
 
 def mirror(original: Any, twin: Any) -> Optional[Tuple[Book, Book]]:
@@ -282,12 +287,13 @@ class Record:
         book = _books.get(id(metric))
         if book is None:
             return False
-        book.pending.append((self.key, evidence, kind, sign))
-        book.marked = True
-        if type(evidence) is not int:
-            book.pinned += evidence.numel() * evidence.element_size()
-        if len(book.pending) >= PENDING_ENTRIES or book.pinned >= PENDING_BYTES:
-            _fold(book)
+        with LOCK:
+            book.pending.append((self.key, evidence, kind, sign))
+            book.marked = True
+            if type(evidence) is not int:
+                book.pinned += evidence.numel() * evidence.element_size()
+            if len(book.pending) >= PENDING_ENTRIES or book.pinned >= PENDING_BYTES:
+                _fold(book)
         return True
 
 

@@ -16,7 +16,7 @@ import contextvars
 import sys
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
-from tmpatch.runtime.deferred import AUDIT_TAG, Book, _books, _records, book_of, gather, log
+from tmpatch.runtime.deferred import AUDIT_TAG, LOCK, Book, _books, _records, book_of, gather, log
 
 #: the settle point whose report is being given (reporters name it: :func:`point`)
 _point: "contextvars.ContextVar[str]" = contextvars.ContextVar("tmpatch_settle_point", default="compute()")
@@ -137,30 +137,28 @@ def settle(metric: Any, where: str = "compute()") -> None:
     book = _lone(metric)
     if book is not None and not (book.marked or book.counts or book.synced):
         return  # most computes: one empty book, nothing to read
-    pending: List[Tuple[Any, Book]] = []
-    for inner in _metrics_in(metric):
-        book = book_of(inner)
-        if book is None:
-            continue
-        gather(book)
-        if not (book.counts or book.synced):
-            continue
-        if book.stamp is not None and getattr(inner, "_update_count", 0) < book.stamp:
-            book.counts, book.synced, book.stamp = {}, None, None  # reset after revert(): nothing to report
-            continue
-        pending.append((inner, book))
-    if not pending:
+    keys: List[Tuple[Any, str, bool]] = []
+    values: List[Any] = []
+    with LOCK:  # what the books hold is taken whole: no fold from another thread in between
+        for inner in _metrics_in(metric):
+            book = book_of(inner)
+            if book is None:
+                continue
+            gather(book)
+            if not (book.counts or book.synced):
+                continue
+            if book.stamp is not None and getattr(inner, "_update_count", 0) < book.stamp:
+                book.counts, book.synced, book.stamp = {}, None, None  # reset after revert(): nothing to report
+                continue
+            source = book.synced if book.synced is not None else book.counts
+            for key, value in source.items():
+                keys.append((inner, key, book.synced is not None))
+                values.append(value)
+            book.counts, book.synced, book.stamp = {}, None, None  # cleared first: a raise leaves nothing
+    if not values:
         return
     import torch
 
-    keys: List[Tuple[Any, str, bool]] = []
-    values: List[Any] = []
-    for inner, book in pending:
-        source = book.synced if book.synced is not None else book.counts
-        for key, value in source.items():
-            keys.append((inner, key, book.synced is not None))
-            values.append(value)
-        book.counts, book.synced, book.stamp = {}, None, None  # cleared first: a raise leaves nothing
     try:
         devices = {v.device for v in values}
         if len(devices) == 1:
