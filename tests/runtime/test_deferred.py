@@ -557,3 +557,36 @@ def test_apply_revert_under_threads_loses_no_report():
         for thread in threads:
             thread.join()
     assert reported == 60 and sum(sum(c for _, c in found) for _, found, _ in REPORTS) == 60
+
+
+def test_a_compute_while_another_thread_folds_the_book_waits_and_reports(monkeypatch):
+    """``revert()`` gathers every book from its own thread: a compute that comes while that
+    fold is half done (the book unmarked, its counts not yet written) waits for it and gives
+    the report then, not at the compute after."""
+    tmpatch.apply("deferred_reports")
+    metric = Clipped()
+    metric.update(torch.tensor([-1.0, 1.0]))
+    book = deferred.book_of(metric)
+    folding, go_on = threading.Event(), threading.Event()
+    reduce = deferred._reduce
+
+    def slow_reduce(kind, tensors):
+        folding.set()
+        go_on.wait(10)
+        return reduce(kind, tensors)
+
+    monkeypatch.setattr(deferred, "_reduce", slow_reduce)
+    folder = threading.Thread(target=deferred.gather, args=(book,))
+    folder.start()
+    assert folding.wait(10)
+    first = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        computer = threading.Thread(target=lambda: (metric.compute(), first.append(len(REPORTS))))
+        computer.start()
+        computer.join(0.5)  # a compute that does not wait for the fold is done by now, reporting nothing
+        go_on.set()
+        folder.join(10)
+        computer.join(10)
+        metric.compute()
+    assert first == [1] and len(REPORTS) == 1

@@ -88,10 +88,11 @@ def point() -> str:
 
 def pending(metric: Any) -> bool:
     """Whether the books of ``metric`` (and of the metrics inside it) hold anything (no read)."""
-    book = _lone(metric)
-    if book is not None:
-        return bool(book.marked or book.counts or book.synced)
-    return any(book.counts or book.synced for book in books_in(metric))
+    with LOCK:  # not between another thread's unmarking of a book and its fold
+        book = _lone(metric)
+        if book is not None:
+            return bool(book.marked or book.counts or book.synced)
+        return any(book.counts or book.synced for book in books_in(metric))
 
 
 def _torchmetrics(obj: Any) -> bool:
@@ -134,12 +135,12 @@ def settle(metric: Any, where: str = "compute()") -> None:
     """Report what the books of ``metric`` (and the metrics inside it) hold, then clear
     them: one device read for all of them. Called after the user's ``compute()``, and at
     the other settle points (``where`` names the point for the reporters: :func:`point`)."""
-    book = _lone(metric)
-    if book is not None and not (book.marked or book.counts or book.synced):
-        return  # most computes: one empty book, nothing to read
     keys: List[Tuple[Any, str, bool]] = []
     values: List[Any] = []
     with LOCK:  # what the books hold is taken whole: no fold from another thread in between
+        book = _lone(metric)
+        if book is not None and not (book.marked or book.counts or book.synced):
+            return  # most computes: one empty book, nothing to read (nor being folded: the lock)
         for inner in _metrics_in(metric):
             book = book_of(inner)
             if book is None:
