@@ -12,8 +12,6 @@ import json
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-from tmpatch.audit.panel.text import header, render
-
 DESCRIPTION = """\
 Audit a built-in panel of metric calls for host-device synchronisations, on the
 torchmetrics release installed here: per update() and per compute() (after one
@@ -173,6 +171,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
+        from tmpatch.audit.panel.text import header, render  # the simulation: after the torch check
+
         print(header(result))
         print(render(result, verbose=args.verbose, all_rows=args.all_rows or names is not None))
     if args.fail_on_sync:
