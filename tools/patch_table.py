@@ -34,19 +34,10 @@ def _patches() -> List[Any]:
 
 
 def _bounds(releases: Any) -> Tuple[Optional[Any], Optional[Any]]:
-    """``(first, last)`` of a release range (a packaging ``SpecifierSet``; None: open)."""
-    from packaging.version import Version
+    """``(first, last)`` of a release range (None: open): the vocabulary's own reading."""
+    from tmpatch.spec import bounds
 
-    first = last = None
-    for spec in releases:
-        version = Version(spec.version)
-        if spec.operator in ("==", "==="):
-            first = last = version
-        elif spec.operator in (">=", ">"):
-            first = version
-        elif spec.operator in ("<=", "<"):
-            last = version
-    return first, last
+    return bounds(releases)
 
 
 def _variants(patch: Any, fixed: bool) -> Iterable[Any]:
