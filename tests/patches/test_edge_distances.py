@@ -24,7 +24,7 @@ METRICS = ["euclidean", "chessboard", "taxicab"]
 
 
 @pytest.fixture(autouse=True)
-def _cpu_fast():
+def _shortcuts():
     yield
     cpu_shortcuts(True)
 
@@ -124,8 +124,8 @@ def test_states_equal_the_releases_and_the_device_path_runs(metric, monkeypatch)
 
 
 # -- reports at compute -------------------------------------------------------------------------
-@pytest.mark.parametrize("cpu_fast", [True, False])
-def test_errors_are_the_releases_at_the_next_compute_once(cpu_fast):
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_errors_are_the_releases_at_the_next_compute_once(shortcuts):
     good = (_masks(2, 1, 2, 8, 0.4), _masks(3, 1, 2, 8, 0.4))
     absent = (good[0].clone(), good[1].clone())
     absent[0][0, 1], absent[1][0, 1] = 0, 0
@@ -135,7 +135,7 @@ def test_errors_are_the_releases_at_the_next_compute_once(cpu_fast):
     with pytest.raises(ValueError, match="^Input x should be binarized$"):
         HausdorffDistance(num_classes=2, include_background=True).update(*twos)
     _apply()
-    cpu_shortcuts(cpu_fast)
+    cpu_shortcuts(shortcuts)
     metric = HausdorffDistance(num_classes=2, include_background=True)
     metric.update(*absent)  # no error here
     metric.update(*good)

@@ -61,8 +61,8 @@ def test_update_is_sync_free_on_simulated_cuda(kind):
     ops = {(p.function, p.op) for p in unpatched.sync_points}
     assert ("_binary_groups_stat_scores", "aten._to_copy") in ops and ("_flexible_bincount", "aten._unique2") in ops
     _apply()
-    for cpu_fast in (True, False):
-        cpu_shortcuts(cpu_fast)
+    for shortcuts in (True, False):
+        cpu_shortcuts(shortcuts)
         patched = audit(_build(kind, 8, validate_args=False).update, preds, target, groups, real=False)
         assert patched.count == 0, str(patched)
     if kind == "rates":  # its compute reads nothing: forward() is sync-free too
@@ -133,8 +133,8 @@ def test_states_and_results_equal_the_releases(cases):
 
 
 # -- more groups than num_groups ---------------------------------------------------------------------
-@pytest.mark.parametrize("cpu_fast", [True, False])
-def test_more_groups_than_num_groups_leaves_the_releases_states_and_raises_at_compute_once(cpu_fast):
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_more_groups_than_num_groups_leaves_the_releases_states_and_raises_at_compute_once(shortcuts):
     preds = torch.tensor([0.9, 0.1, 0.8, 0.3, 0.7, 0.6])
     target = torch.tensor([1, 0, 1, 1, 0, 1])
     groups = torch.tensor([0, 1, 2, 3, 3, 0])  # four groups, num_groups=3
@@ -142,7 +142,7 @@ def test_more_groups_than_num_groups_leaves_the_releases_states_and_raises_at_co
     with pytest.raises(IndexError):
         upstream.update(preds, target, groups)  # after adding groups 0, 1, 2
     _apply()
-    cpu_shortcuts(cpu_fast)
+    cpu_shortcuts(shortcuts)
     metric = BinaryGroupStatRates(num_groups=3, validate_args=False)
     metric.update(preds, target, groups)  # no error here
     for state in STATES:

@@ -249,8 +249,8 @@ def test_functions_return_the_releases_tensors_bit_for_bit(calls):
     calls ``_compute_bef``: its reference is taken with the release's ``_compute_bef``)."""
     _apply()
     psnrb = importlib.import_module(f"{IMG}.psnrb") if HAS_1_0 else types.SimpleNamespace(_compute_bef=None)
-    for (where, args, kwargs), cpu_fast in calls:
-        cpu_shortcuts(cpu_fast)
+    for (where, args, kwargs), shortcuts in calls:
+        cpu_shortcuts(shortcuts)
         function = _fn(*where)
         original = tmpatch.get_original(function)
         assert function is not original or (where[1] == "_psnrb_compute" and release_in(">=1.8.0"))

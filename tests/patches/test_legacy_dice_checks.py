@@ -127,8 +127,8 @@ def test_states_and_results_equal_the_releases(data):
         warnings.simplefilter("ignore")
         expected = [_run(config, steps, forward) for config, steps, forward, _ in cases]
         _apply()
-        for (config, steps, forward, cpu_fast), want in zip(cases, expected):
-            cpu_shortcuts(cpu_fast)
+        for (config, steps, forward, shortcuts), want in zip(cases, expected):
+            cpu_shortcuts(shortcuts)
             got = _run(config, steps, forward)
             assert len(got) == len(want)
             for a, b in zip(got, want):
@@ -147,15 +147,15 @@ BAD = {  # check key: Dice arguments, an update failing it (and only checks afte
 }
 
 
-@pytest.mark.parametrize("cpu_fast", [True, False])
-def test_each_check_raises_the_releases_error_at_the_next_compute_once(cpu_fast):
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_each_check_raises_the_releases_error_at_the_next_compute_once(shortcuts):
     import re
 
     for key, (kwargs, preds, target) in BAD.items():
         with pytest.raises(ValueError, match=f"^{re.escape(patch.MESSAGES[key])}$"):
             Dice(**kwargs).update(preds, target)  # upstream: in update()
     _apply()
-    cpu_shortcuts(cpu_fast)
+    cpu_shortcuts(shortcuts)
     for key, (kwargs, preds, target) in BAD.items():
         metric = Dice(**kwargs)
         metric.update(preds, target)  # no error here

@@ -72,12 +72,12 @@ INT_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
 @settings(max_examples=examples(60), deadline=None)
 @given(st.sampled_from(INT_DTYPES + [torch.float32]), st.lists(st.integers(-3, 40), max_size=12),
        st.lists(st.integers(-130, 300), max_size=8), st.booleans(), st.booleans())
-def test_isin_is_the_releases(dtype, values, table_values, as_tuple, cpu_fast):
+def test_isin_is_the_releases(dtype, values, table_values, as_tuple, shortcuts):
     arr = torch.tensor(values or [0], dtype=torch.int64).reshape(1, -1)
     arr = arr.clamp(0, 100).to(dtype) if dtype in (torch.uint8,) else arr.to(dtype)
     table = tuple(table_values) if as_tuple else list(table_values)
     _apply()
-    cpu_shortcuts(cpu_fast)
+    cpu_shortcuts(shortcuts)
     original = tmpatch.get_original(COMMON._isin)
     assert COMMON._isin is not original
     try:
@@ -121,22 +121,22 @@ def test_states_and_results_equal_the_releases(cases):
     tmpatch.revert()
     expected = [_run(case, kind, forward) for case, kind, forward, _ in cases]
     _apply()
-    for (case, kind, forward, cpu_fast), want in zip(cases, expected):
-        cpu_shortcuts(cpu_fast)
+    for (case, kind, forward, shortcuts), want in zip(cases, expected):
+        cpu_shortcuts(shortcuts)
         got = _run(case, kind, forward)
         for a, b in zip(got, want):
             assert_bitwise(a, b)
 
 
 # -- the check, at compute ---------------------------------------------------------------------------
-@pytest.mark.parametrize("cpu_fast", [True, False])
-def test_unknown_categories_raise_the_releases_error_at_the_next_compute_once(cpu_fast):
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_unknown_categories_raise_the_releases_error_at_the_next_compute_once(shortcuts):
     things, stuffs = {0, 1}, {2}
     good, bad = _image([0, 1, 2]), _image([0, 1, 2, 7], seed=3)
     with pytest.raises(ValueError, match="^Unknown categories found: "):
         PanopticQuality(things=things, stuffs=stuffs).update(bad, good)
     _apply()
-    cpu_shortcuts(cpu_fast)
+    cpu_shortcuts(shortcuts)
     for cls in CLASSES.values():
         metric = cls(things=things, stuffs=stuffs)
         metric.update(bad, good)  # no error here

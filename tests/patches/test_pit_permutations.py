@@ -61,14 +61,14 @@ def test_first_update_copies_no_table_to_simulated_cuda(monkeypatch):
     PIT._ps_dict.clear()
 
 
-@pytest.mark.parametrize("cpu_fast", [True, False])
-def test_the_table_is_the_releases(cpu_fast):
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_the_table_is_the_releases(shortcuts):
     expected = {}
     for n in range(0 if release_in(">=1.0.0") else 1, 7):
         PIT._ps_dict.clear()
         expected[n] = _table(n)
     _apply()
-    cpu_shortcuts(cpu_fast)
+    cpu_shortcuts(shortcuts)
     for n, want in expected.items():
         PIT._ps_dict.clear()
         got = _table(n)

@@ -61,8 +61,8 @@ def test_update_is_sync_free_on_simulated_cuda(dtype):
         assert reads and {p.op for p in reads} == {"aten._local_scalar_dense"}, (name, str(unpatched))
     _apply()
     for name in sorted(CLASSES):
-        for cpu_fast in (True, False):  # the CPU flag must not matter on CUDA
-            cpu_shortcuts(cpu_fast)
+        for shortcuts in (True, False):  # the CPU flag must not matter on CUDA
+            cpu_shortcuts(shortcuts)
             patched = audit(CLASSES[name]().update, preds, target, indexes=indexes, real=False)
             assert patched.count == 0, (name, str(patched))
 
@@ -133,8 +133,8 @@ BAD_TARGETS = {  # query 0 sums to 0 (skipped by compute), query 1 has a positiv
 }
 
 
-@pytest.mark.parametrize("cpu_fast", [True, False])
-def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(cpu_fast):
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(shortcuts):
     """The bad values sit in a query that compute() skips (no positive target: its sum is 0),
     so the release's compute, which checks each query again, passes and the report is ours."""
     preds, indexes = torch.tensor([0.2, 0.7, 0.4, 0.3]), torch.tensor([0, 0, 1, 1])
@@ -142,7 +142,7 @@ def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(
         with pytest.raises(ValueError, match="`target` must contain `binary` values"):  # upstream: in update()
             R.RetrievalMAP().update(preds, target, indexes=indexes)
     _apply()
-    cpu_shortcuts(cpu_fast)
+    cpu_shortcuts(shortcuts)
     for bad, target in BAD_TARGETS.items():
         metric = R.RetrievalMAP()
         metric.update(preds, target, indexes=indexes)  # no error here
@@ -183,8 +183,8 @@ def test_nan_targets_pass_as_in_the_release():
     target = torch.tensor([0.0, float("nan"), 5.0])
     R.RetrievalMAP().update(preds, target, indexes=indexes)  # upstream: no error
     _apply()
-    for cpu_fast in (True, False):
-        cpu_shortcuts(cpu_fast)
+    for shortcuts in (True, False):
+        cpu_shortcuts(shortcuts)
         metric = R.RetrievalMAP()
         metric.update(preds, target, indexes=indexes)
         assert int(deferred.local_records(metric).get("retrieval_check", 0)) == 0

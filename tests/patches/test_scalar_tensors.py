@@ -177,8 +177,8 @@ def test_functions_return_the_releases_tensors_bit_for_bit(calls):
     """The release's function (``get_original``) and the edited one, on the same arguments: the
     eight functions call no other patched code, so one apply serves every example."""
     _apply()
-    for (key, args, kwargs), cpu_fast in calls:
-        cpu_shortcuts(cpu_fast)
+    for (key, args, kwargs), shortcuts in calls:
+        cpu_shortcuts(shortcuts)
         function = _function(key)
         original = tmpatch.get_original(function)
         assert function is not original

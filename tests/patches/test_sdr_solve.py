@@ -81,7 +81,7 @@ def test_states_and_results_equal_the_releases(cases):
 @given(st.integers(0, 2**16), st.integers(1, 3), st.sampled_from([4, 16, 64]), st.booleans(),
        st.sampled_from([None, 1e-3]), st.booleans())
 def test_the_solve_in_a_marked_update_is_the_releases_bit_for_bit(seed, batch, filter_length, zero_mean, load_diag,
-                                                                  cpu_fast):
+                                                                  shortcuts):
     """The per-signal SDR (float64: the solution's last bits reach the result; a state rounds them
     to float32) of the functional code as a marked update runs it."""
     import torchmetrics.functional.audio.sdr as module
@@ -91,7 +91,7 @@ def test_the_solve_in_a_marked_update_is_the_releases_bit_for_bit(seed, batch, f
     tmpatch.revert()
     want = module.signal_distortion_ratio(preds, target, **kwargs)
     _apply()
-    cpu_shortcuts(cpu_fast)
+    cpu_shortcuts(shortcuts)
     token = patch.MARK.slot.set(SignalDistortionRatio())
     try:
         got = module.signal_distortion_ratio(preds, target, **kwargs)
@@ -101,14 +101,14 @@ def test_the_solve_in_a_marked_update_is_the_releases_bit_for_bit(seed, batch, f
     assert_bitwise(got, want)
 
 
-@pytest.mark.parametrize("cpu_fast", [True, False])
-def test_a_singular_system_raises_torchs_error_at_the_next_compute_once(cpu_fast):
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_a_singular_system_raises_torchs_error_at_the_next_compute_once(shortcuts):
     good = _signals(1)
     silent = (good[0], torch.zeros_like(good[1]))  # a silent target: a zero autocorrelation, singular
     with pytest.raises(torch.linalg.LinAlgError, match="singular"):
         SignalDistortionRatio(filter_length=16).update(*silent)  # upstream: in update()
     _apply()
-    cpu_shortcuts(cpu_fast)
+    cpu_shortcuts(shortcuts)
     metric = SignalDistortionRatio(filter_length=16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

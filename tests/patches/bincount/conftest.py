@@ -1,5 +1,5 @@
 """The bincount tests check the recorded update itself: its CPU shortcut (valid classes
-take the release's update) is off here but in test_cpu_fast*.py, which check it."""
+take the release's update) is off here but in test_host_shortcuts*.py, which check it."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +9,6 @@ from tests.conftest import cpu_shortcuts
 
 @pytest.fixture(autouse=True)
 def _recorded_on_the_cpu(request):
-    cpu_shortcuts("test_cpu_fast" in request.module.__name__)
+    cpu_shortcuts("test_host_shortcuts" in request.module.__name__)
     yield
     cpu_shortcuts(True)

@@ -3,7 +3,7 @@
 an invalid class takes the recorded update and is reported at compute(), as on a GPU.
 Where the release raises on every invalid class (``RELEASE_FIRST``) its update runs first
 and is recorded only when it raises: each release is checked to raise there, before it
-touches a state (test_cpu_fast_invalid.py reruns the invalid-class comparisons)."""
+touches a state (test_host_shortcuts_invalid.py reruns the invalid-class comparisons)."""
 from __future__ import annotations
 
 import pytest

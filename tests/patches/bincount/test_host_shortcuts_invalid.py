@@ -5,7 +5,7 @@ every invalid class (``RELEASE_FIRST``) its update runs first and is recorded on
 raises; the loop paths (over 50,000 scores) and label predictions are read first
 (``CHECKED``). On the anchor releases of the matrix (``tools/matrix.py``: the variants of the
 counting functions); that the release raises there is checked on every release
-(test_cpu_fast.py)."""
+(test_host_shortcuts.py)."""
 from __future__ import annotations
 
 import pytest
