@@ -16,8 +16,11 @@ import sys
 import textwrap
 from typing import Optional, Sequence
 
-from tmpatch.control import env, settings
+from tmpatch.control import env, settings, selection
 from tmpatch.runtime import policies
+from tmpatch import __version__, patches as catalogue
+import tmpatch
+from tmpatch.bootstrap import DIRECTORY
 
 DESCRIPTION = """\
 tmpatch repairs torchmetrics in place, at run time (host-device syncs, wrong
@@ -64,8 +67,6 @@ class UsageError(Exception):
 
 def _names(value: Optional[str], option: str) -> Optional[tuple]:
     """Parse and check ``--patches``/``--exclude`` (comma-separated)."""
-    from tmpatch.control import selection
-
     try:
         return selection.names(value, option)
     except (TypeError, ValueError) as exc:
@@ -88,8 +89,6 @@ def _run_settings_variables() -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tmpatch import __version__
-
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="tmpatch", description=DESCRIPTION, formatter_class=formatter,
@@ -153,10 +152,6 @@ def _say(message: str) -> None:
 def _import_targets() -> None:
     """Import the modules the patches target (those torchmetrics imports lazily too), so
     that every row of the table is final rather than ``pending``."""
-    import importlib
-
-    from tmpatch import patches as catalogue
-
     for name in catalogue.NAMES:
         for target in catalogue.load(name).targets:
             try:
@@ -166,9 +161,6 @@ def _import_targets() -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    import tmpatch
-    from tmpatch.control import selection
-
     patches = _names(args.patches, "--patches")
     exclude = _names(args.exclude, "--exclude")
     found = env.read(valid_names=selection.valid_names())
@@ -198,8 +190,6 @@ def run_environ(base: Optional[dict] = None, options: Optional[dict] = None) -> 
     """The environment for ``tmpatch run``: ``base`` (default ``os.environ``)
     with ``TMPATCH=1``, the companion variables for ``options``, and the
     bootstrap directory first on PYTHONPATH (once)."""
-    from tmpatch.bootstrap import DIRECTORY
-
     environ = dict(os.environ if base is None else base)
     environ[env.SWITCH] = "1"
     environ.update(env.to_environ(options or {}))

@@ -25,9 +25,12 @@ but pytest; tmpatch itself is imported when an option or fixture is used.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Dict, Optional, Tuple
 
 import pytest
+
+import tmpatch as tm
 
 _MARKER = "@pytest.mark.tmpatch"
 
@@ -90,9 +93,6 @@ def pytest_configure(config: Any) -> None:
 
 def _import_host(config: Any) -> None:
     """Import torchmetrics now: the patches apply, and the header says how."""
-    import importlib
-
-    import tmpatch as tm
     from tmpatch import patches
 
     if not patches.installed():
@@ -139,10 +139,8 @@ def _marker_options(marker: Any) -> Dict[str, Any]:
     valid = ("patches", "exclude", "strict", *settings.POLICIES)
     unknown = sorted(set(marker.kwargs) - set(valid))
     if unknown:
-        import difflib
-
-        hints = [f"{name} (did you mean {close[0]}?)" if close else name
-                 for name in unknown for close in [difflib.get_close_matches(name, valid, n=1, cutoff=0.6)]]
+        hints = [f"{name} (did you mean {close}?)" if close else name
+                 for name in unknown for close in [settings.closest(name, valid, cutoff=0.6)]]
         raise ValueError(f"{_MARKER}: unknown keyword(s) {', '.join(hints)}; valid: {', '.join(valid)}")
     patches = marker.kwargs.get("patches")
     if marker.args:  # @pytest.mark.tmpatch("safe_divide", ...)

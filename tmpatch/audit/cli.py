@@ -6,11 +6,13 @@ Called by :mod:`tmpatch.cli` as ``main(argv) -> int`` with the arguments after `
 from __future__ import annotations
 
 import argparse
-import importlib
 import difflib
+import importlib
 import json
 import sys
 from typing import List, Optional, Sequence, Tuple
+
+from tmpatch.audit import support
 
 DESCRIPTION = """\
 Audit a built-in panel of metric calls for host-device synchronisations, on the
@@ -136,8 +138,6 @@ def conflict(args: argparse.Namespace) -> Optional[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tmpatch.audit import support
-
     problem = support.problem()
     if problem is not None:
         print(f"tmpatch audit: {problem}", file=sys.stderr)

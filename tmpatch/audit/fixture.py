@@ -12,6 +12,7 @@ import contextlib
 from typing import Any, Optional
 
 import torch
+from torch.utils._pytree import tree_map
 
 from tmpatch.audit import support
 
@@ -52,8 +53,6 @@ class NoSyncFixture:
         return self._put_real(obj)
 
     def _put_real(self, obj: Any) -> Any:
-        from torch.utils._pytree import tree_map
-
         previous = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode(0)  # set-up: the copies are not the code under test
         try:

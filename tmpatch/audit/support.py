@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from packaging.version import InvalidVersion, Version
+
 #: the oldest torch the audit serves
 MIN_TORCH = "2.1"
 #: the torch releases the test matrix runs (CPU-only build for the newest, CUDA builds without a GPU for the others)
@@ -27,8 +29,6 @@ def torch_version() -> str:
 def torch_at_least(minimum: str) -> bool:
     """Whether the installed torch is release ``minimum`` or later (pre-releases count as their
     release; a version that cannot be read counts as new)."""
-    from packaging.version import InvalidVersion, Version
-
     try:
         return Version(torch_version()).release >= Version(minimum).release
     except InvalidVersion:
@@ -37,8 +37,6 @@ def torch_at_least(minimum: str) -> bool:
 
 def problem(version: Optional[str] = None) -> Optional[str]:
     """Why the audit cannot run on this torch (``version``: the installed one), or None."""
-    from packaging.version import InvalidVersion, Version
-
     found = version or torch_version()
     try:
         if Version(found) >= Version(MIN_TORCH):

@@ -38,6 +38,10 @@ import logging
 import types
 from typing import Any, Dict, Hashable, List, Optional, Tuple
 
+import torch
+
+from tmpatch.patches import compiled_update
+
 log = logging.getLogger("tmpatch")
 
 #: numbers the compiled functions of captures apart
@@ -47,8 +51,6 @@ _numbers = itertools.count(1)
 def _signature(value: Any) -> Hashable:
     """What a compiled call's guards would check of one argument: a tensor's shape, dtype,
     device and grad flag; a container's items; any other value itself (or its identity)."""
-    import torch
-
     if isinstance(value, torch.Tensor):
         return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad)
     if isinstance(value, (list, tuple)):
@@ -63,8 +65,6 @@ def _signature(value: Any) -> Hashable:
 
 
 def _detached(value: Any) -> Any:
-    import torch
-
     if isinstance(value, torch.Tensor):
         return value.detach()
     if isinstance(value, (list, tuple)):
@@ -89,8 +89,6 @@ class Captured:
     ``torch.compile`` was given."""
 
     def __init__(self, target: Any, options: Dict[str, Any]) -> None:
-        import torch
-
         self.target = target
         self.options = dict(options)
         self.metrics = _metrics_of(target)
@@ -138,8 +136,6 @@ def capture(target: Any, **options: Any) -> Captured:
     """``target.update`` (a Metric or a MetricCollection) compiled and, on a GPU, captured in a
     CUDA graph (module docstring). ``options`` go to ``torch.compile`` over the defaults
     ``fullgraph=True, dynamic=False`` and, with the inductor backend, ``mode="reduce-overhead"``."""
-    from tmpatch.patches import compiled_update
-
     if not compiled_update.live():
         raise RuntimeError("tmpatch.capture needs the compiled_update patch applied (tmpatch.apply())")
     chosen: Dict[str, Any] = {"fullgraph": True, "dynamic": False}

@@ -116,8 +116,6 @@ def _misspelt(environ) -> list:
                      if name.upper().startswith(PREFIX) and name not in known and name not in OTHER_VARIABLES)
     if not unknown:
         return []
-    import difflib  # only when there is something to look at
-
     def squeeze(name: str) -> str:
         return name.upper().replace("-", "").replace("_", "")
 
@@ -126,8 +124,7 @@ def _misspelt(environ) -> list:
     for name in unknown:
         guess = squeezed.get(squeeze(name))  # case, dashes, underscores: TMPATCH_NANCHECK
         if guess is None:
-            close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8)
-            guess = close[0] if close else None
+            guess = registry.closest(name.upper(), known, cutoff=0.8)
         if guess is not None:
             found.append(Problem(
                 f"{name} is not a tmpatch variable, ignored; did you mean {guess}? "

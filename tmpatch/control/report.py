@@ -11,6 +11,9 @@ import textwrap
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+from tmpatch import patches, spec
+from tmpatch.control.selection import unknown_names
+
 #: the width the table fits by default
 WIDTH = 120
 
@@ -72,8 +75,6 @@ class PatchStatus:
 def _about(name: str) -> Any:
     """The catalogue's :class:`tmpatch.spec.Patch` for ``name`` (None if unknown)."""
     try:
-        from tmpatch import patches
-
         return patches.load(name)
     except Exception:  # noqa: BLE001 - a report of rows tmpatch does not know
         return None
@@ -124,7 +125,6 @@ class Report(Sequence[PatchStatus]):
             for row in self._rows:
                 if row.name == key:
                     return row
-            from tmpatch.control.selection import unknown_names
 
             valid = [row.name for row in self._rows]
             raise UnknownPatch(f"{unknown_names([key], valid)}; valid names: {', '.join(valid) or 'none'}")
@@ -235,8 +235,6 @@ def _fields(row: PatchStatus) -> Dict[str, Any]:
     patch = _about(row.name)
     known = ""
     if patch is not None and getattr(patch, "known", None) is not None:
-        from tmpatch import spec
-
         known = spec.describe(patch.known)
     return {
         "targets": _targets(row),

@@ -11,16 +11,15 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tmpatch.control import settings
+from tmpatch import patches as catalogue
+from tmpatch.control import env, settings
 
 log = logging.getLogger("tmpatch")
 
 
 def valid_names() -> Tuple[str, ...]:
     """Every patch name (the catalogue's order)."""
-    from tmpatch.patches import NAMES
-
-    return tuple(NAMES)
+    return tuple(catalogue.NAMES)
 
 
 def split(text: str) -> Tuple[str, ...]:
@@ -35,12 +34,10 @@ def _shown(value: object) -> str:
 
 def unknown_names(unknown: Sequence[str], valid: Sequence[str]) -> str:
     """``unknown patch name(s) 'safe_divid' (did you mean 'safe_divide'?), 'x'``."""
-    import difflib
-
     shown = []
     for name in unknown:
-        close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.75)
-        shown.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+        close = settings.closest(name, valid, cutoff=0.75)
+        shown.append(f"{name!r} (did you mean {close!r}?)" if close else repr(name))
     return f"unknown patch name(s) {', '.join(shown)}"
 
 
@@ -99,10 +96,8 @@ def select(patches: Any, exclude: Any, where: str = "tmpatch.apply",
 
 
 def _requires(name: str) -> Tuple[str, ...]:
-    from tmpatch import patches
-
     try:
-        return tuple(patches.load(name).requires)
+        return tuple(catalogue.load(name).requires)
     except ValueError:  # a name the caller's own list declared valid, not in the catalogue
         return ()
 
@@ -115,10 +110,8 @@ def check_policies(policies: Dict[str, Any], where: str = "tmpatch.apply") -> Di
     for name, value in policies.items():
         setting = settings.POLICIES.get(name)
         if setting is None:
-            import difflib
-
-            close = difflib.get_close_matches(name, list(settings.POLICIES), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
+            close = settings.closest(name, settings.POLICIES, cutoff=0.6)
+            hint = f" (did you mean {close}?)" if close else ""
             raise TypeError(f"{where}() got an unexpected keyword argument {name!r}{hint}; "
                             f"policies: {', '.join(settings.POLICIES)}")
         if value is not None:
@@ -149,7 +142,6 @@ def announce_environment() -> None:
     if _environment_read:
         return
     _environment_read = True
-    from tmpatch.control import env
 
     variables = {setting.variable for setting in settings.POLICIES.values()}
     problems = [problem for problem in env.read().problems if problem.variable in variables]

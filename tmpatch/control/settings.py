@@ -163,6 +163,15 @@ BY_NAME = {setting.name: setting for setting in SETTINGS}
 POLICIES = {setting.name: setting for setting in SETTINGS if setting.policy}
 
 
+def closest(name: str, choices, cutoff: float):
+    """The one of ``choices`` that ``name`` most resembles (at least ``cutoff``), or None:
+    the hint of every misspelt name, variable, keyword or option."""
+    import difflib  # here: only a misspelling needs it, and this module loads at start-up
+
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
 def variables() -> tuple:
     """Every variable tmpatch reads, in table order."""
     return tuple(setting.variable for setting in SETTINGS)

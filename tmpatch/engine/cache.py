@@ -21,11 +21,15 @@ error: the values are computed as without a cache.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import io
+import linecache
 import logging
 import marshal
 import os
 import sys
 import threading
+import tokenize
 from typing import Any, Dict, Optional, Tuple
 
 log = logging.getLogger("tmpatch")
@@ -69,8 +73,6 @@ def _file_name() -> str:
     global _name
     if _name is None:
         try:
-            import importlib.util
-
             digest = hashlib.sha1(importlib.util.MAGIC_NUMBER + sys.version.encode())
             for name in _SOURCES:
                 module = sys.modules.get(f"tmpatch.{name}")
@@ -169,10 +171,6 @@ def source_key(func: Any) -> Optional[Key]:
 def read_as_inspect(path: str, digest: str) -> bool:
     """Whether the text ``inspect`` (through ``linecache``) holds for ``path`` is the file
     whose bytes have ``digest``: a value computed from that text may be stored under it."""
-    import io
-    import linecache
-    import tokenize
-
     try:
         with open(path, "rb") as handle:
             data = handle.read()

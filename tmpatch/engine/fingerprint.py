@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib
 import inspect
 import io
 import sys
@@ -118,8 +119,6 @@ def source_fingerprint(source: str) -> str:
 
 def _main(argv: List[str]) -> int:
     """``python -m tmpatch.engine.fingerprint module:qualname``: print a fingerprint."""
-    import importlib
-
     for spec in argv:
         module_name, _, qualname = spec.partition(":")
         obj = importlib.import_module(module_name)

@@ -11,6 +11,7 @@ itself (a device read, inherent to that fallback) is kept, as are the results.
 """
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 from typing import Any, Callable, Optional
 
@@ -30,8 +31,6 @@ _MESSAGE_1_0_2 = (
 
 def _builder(message: str) -> Callable[[ModuleType], Callable[..., Any]]:
     def build(module: ModuleType) -> Callable[..., Any]:
-        import sys
-
         import torch
 
         rank_zero_warn = module.rank_zero_warn

@@ -40,11 +40,11 @@ an annotation.
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 from typing import Any, Callable, Dict, Tuple
 
-from tmpatch.runtime import host
-from tmpatch.runtime import wrappers
+from tmpatch.runtime import host, wrappers
 from tmpatch.runtime.compiled import compiling
 from tmpatch.patches.bincount import counting
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Route, Target, Variant, inline, since, span
@@ -77,7 +77,6 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
     """A nominal class ``update``: a recorded update of the ``bincount`` patch, when that
     patch is in effect (its ``_multiclass_confusion_matrix_update`` layer is active)."""
     global Tensor
-    import sys
 
     import torch
 

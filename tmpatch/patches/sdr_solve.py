@@ -30,11 +30,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Tuple
 
-from tmpatch.runtime import host
-from tmpatch.runtime import deferred
+from tmpatch.runtime import host, deferred
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.runtime.compiled import compiling
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span, inline
 
 
 #: torch's message for a singular system (``torch.linalg.solve``, torch 2.1-2.13)
@@ -68,8 +67,6 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
     release's solve checks for nothing but a singular system, which raises before a state
     changes; only then is the update marked and run again (its failure counted)."""
     import torch
-
-    from tmpatch.spec import inline
 
     recorded, slot, failure, Tensor = RECORD.deferred, MARK.slot, torch.linalg.LinAlgError, torch.Tensor
 

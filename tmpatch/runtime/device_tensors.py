@@ -15,6 +15,7 @@ torch when first called.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Optional, Tuple
 
 from tmpatch.runtime import host
@@ -115,6 +116,4 @@ def to_device(t: Any, dtype: Any, device: Any) -> Any:
 def swap(statement: str) -> str:
     """``statement`` (release source) with its ``torch.tensor(`` / ``tensor(`` calls made
     ``_tmpatch_tensor(`` (bound to :func:`device_tensor` by the patch's names)."""
-    import re
-
     return re.sub(r"(?<![\w.])(?:torch\.)?tensor\(", "_tmpatch_tensor(", statement)

@@ -20,6 +20,12 @@ from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import torch
 
+from tmpatch.audit import audit
+from tmpatch.audit.calibrate.probes import PROBES
+from tmpatch.audit.panel.run import run_panel, find_row
+import tmpatch
+from tmpatch.audit.modes import deterministic, restored_patches
+
 log = logging.getLogger("tmpatch")
 
 #: modules that may contribute cases (``calibration_cases(real)``), imported when present
@@ -92,9 +98,6 @@ def device_for(device: str) -> str:
 
 def probe_cases(real: bool, repeat: int = 20) -> Iterable[Tuple[str, Any]]:
     """Every probe of the table (those needing more GPUs than present: skipped on a GPU)."""
-    from tmpatch.audit import audit
-    from tmpatch.audit.calibrate.probes import PROBES
-
     for probe in PROBES:
         if real and probe.devices > torch.cuda.device_count():
             yield probe.name, Outcome(None, error=f"needs {probe.devices} GPUs")
@@ -122,8 +125,6 @@ def _time_probe(probe: Any, repeat: int) -> Optional[float]:
 def panel_cases(real: bool, repeat: int = 20, names: Optional[Sequence[str]] = None) -> Iterable[Tuple[str, Any]]:
     """Every panel row: update and compute, unpatched and patched; on a GPU, with the time
     per ``update()``."""
-    from tmpatch.audit.panel.run import run_panel
-
     panel = run_panel(names, real=real, device_for=device_for if real else None)
     for row in panel.rows:
         if not row.available:
@@ -136,10 +137,6 @@ def panel_cases(real: bool, repeat: int = 20, names: Optional[Sequence[str]] = N
 
 def time_row(name: str, patched: bool, repeat: int) -> Optional[float]:
     """Median GPU seconds of one row's ``update()`` (all its calls), unpatched or patched."""
-    import tmpatch
-    from tmpatch.audit.modes import deterministic, restored_patches
-    from tmpatch.audit.panel.run import find_row
-
     row = find_row(name)
     with restored_patches():
         tmpatch.revert()

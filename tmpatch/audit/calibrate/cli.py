@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence
 import torch
 
 from tmpatch.audit.calibrate import cases, run as calibrate
+from tmpatch.audit import support
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,8 +29,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the calibration; returns the exit status."""
-    from tmpatch.audit import support
-
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:

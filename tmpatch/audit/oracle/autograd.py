@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.autograd.variable import Variable
 
 Node = Any
 Edge = Tuple[Node, int]
@@ -320,8 +321,6 @@ class SimulatedEngine:
 def installed() -> Iterator[SimulatedEngine]:
     """:class:`SimulatedEngine` in place of torch's for the block (and the tensor-hook
     registrations it must see); everything is put back after it."""
-    from torch.autograd.variable import Variable
-
     real = Variable._execution_engine
     engine = SimulatedEngine(real.real if isinstance(real, SimulatedEngine) else real)
     register, own_retain = torch.Tensor.register_hook, "retain_grad" in vars(torch.Tensor)

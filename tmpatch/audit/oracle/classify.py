@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
 from tmpatch.audit.oracle.report import SyncKind
@@ -97,8 +98,6 @@ def is_mask(index: Any) -> bool:
 
 def is_pinned(t: torch.Tensor) -> bool:
     """Whether a CPU tensor is in pinned memory (a simulated tensor: tagged when made so)."""
-    from torch.utils._python_dispatch import _disable_current_modes
-
     if getattr(t, PINNED, False):
         return True
     if t.device.type != "cpu" or type(t) is not torch.Tensor:

@@ -20,11 +20,15 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_map
 
 from tmpatch.audit.oracle.classify import is_mask
 from tmpatch.audit.oracle.locate import locate
 from tmpatch.audit.oracle.report import Read
 from tmpatch.runtime.deferred import AUDIT_TAG
+from tmpatch.audit.oracle.bounds import distinct
 
 aten = torch.ops.aten
 
@@ -99,8 +103,6 @@ def _empty(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> to
 
 
 def _unique_out(x: torch.Tensor, dim: Optional[int], inverse: bool, counts: bool) -> Tuple[torch.Tensor, ...]:
-    from tmpatch.audit.oracle.bounds import distinct
-
     long = torch.long
     if dim is None:
         most = distinct(x)
@@ -166,10 +168,6 @@ def shaped_on_host(func: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> An
     """Outputs of an op the fake mode has no kernel for (older torch: ``histc``, ``linalg_eig``):
     the op runs on zero-filled CPU tensors of the same shapes and its outputs become simulated
     tensors on the device of its first CUDA input. NotImplemented when that fails."""
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch.utils._python_dispatch import _disable_current_modes
-    from torch.utils._pytree import tree_flatten, tree_map
-
     flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
     device = next((t.device for t in flat if t.device.type == "cuda"), None)
     if device is None:

@@ -18,6 +18,8 @@ from tmpatch.audit.oracle.host import FakeHostViews
 from tmpatch.audit.oracle.recorder import SyncRecorder
 from tmpatch.audit.oracle.report import SyncPoint
 from tmpatch.spec import VALUE_MOVE
+from tmpatch.runtime import deferred
+from tmpatch.patches import compiled_update
 
 log = logging.getLogger("tmpatch")
 
@@ -202,8 +204,6 @@ def copy_modules(fn: Callable[..., Any], args: Any, kwargs: Dict[str, Any]) -> A
     metrics untouched. Each copy keeps its original's own functions (see :func:`_keep_functions`):
     it runs the code the original runs.
     """
-    from tmpatch.runtime import deferred
-
     memo: Dict[int, Any] = {}
 
     def dup(value: Any) -> Any:
@@ -238,9 +238,6 @@ def _keep_functions(original: torch.nn.Module, twin: torch.nn.Module, memo: Dict
     functions (and has no book of deferred reports), so its copy must too, or the audit
     reports what a new metric would do.
     """
-    from tmpatch.runtime import deferred
-    from tmpatch.patches import compiled_update
-
     for source, copied in zip(original.modules(), twin.modules()):
         books = deferred.mirror(source, copied)  # tmpatch's own record of the metric: as the original's
         if books is not None:

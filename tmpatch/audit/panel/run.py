@@ -20,11 +20,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from tmpatch.audit.oracle.api import audit
+from tmpatch.audit.oracle.api import audit, _use_real
 from tmpatch.audit.oracle.breaks import Breaks
 from tmpatch.audit.modes import deterministic, restored_patches
 from tmpatch.audit.oracle.report import AuditReport, SyncKind, SyncPoint
 from tmpatch.audit.panel.rows import ROWS, Row, _resolve, breaks_of_row, update_all as _update_all
+import tmpatch
 
 log = logging.getLogger("tmpatch")
 
@@ -247,9 +248,6 @@ def run_panel(names: Optional[Sequence[str]] = None, real: Optional[bool] = None
     recompiles (:mod:`tmpatch.audit.oracle.breaks`; resets torch.compile's caches).
     """
     import torchmetrics
-
-    import tmpatch
-    from tmpatch.audit.oracle.api import _use_real
 
     wanted = None if names is None else {find_row(n).name for n in names}
     rows = [row for row in ROWS if wanted is None or row.name in wanted]  # panel order

@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tmpatch.audit.oracle.breaks import describe
 from tmpatch.audit.oracle.locate import short_location
 from tmpatch.audit.panel.run import Panel, RowResult, label_for
+from tmpatch.control.report import grouped
 
 WIDTH = 120  #: every line of the text output fits this many columns
 
@@ -171,6 +172,4 @@ def header(panel: Panel) -> str:
 def patched_with(states: Dict[str, str]) -> List[str]:
     """``patched with:`` and the patches grouped by state, a group a line (``applied (20): a, b, ...``;
     ``pending``: their modules were not imported by the rows)."""
-    from tmpatch.control.report import grouped
-
     return ["patched with:"] + [f"  {line}" for line in grouped(states, width=WIDTH - 2)]

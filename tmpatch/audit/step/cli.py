@@ -7,6 +7,7 @@ from typing import Optional
 
 from tmpatch.audit.step.run import StepError, StepRun, audit_step, load
 from tmpatch.audit.step.text import render, to_dict
+from tmpatch.audit.panel.run import TOLERATED, label_for
 
 
 def main(spec: str, real: bool = False, as_json: bool = False, fail_on_sync: bool = False,
@@ -38,8 +39,6 @@ def main(spec: str, real: bool = False, as_json: bool = False, fail_on_sync: boo
 
 
 def _untolerated(run: StepRun) -> int:
-    from tmpatch.audit.panel.run import TOLERATED, label_for
-
     labels = [label_for(s.point) for s in run.seen if s.point.is_sync]
     return sum(label is None or label.category not in TOLERATED for label in labels)
 

@@ -30,6 +30,10 @@ import torch
 from tmpatch.audit.oracle.locate import short_path
 from tmpatch.audit.oracle.report import SyncKind, SyncPoint
 from tmpatch.audit.oracle.sim import cuda_device, simulated_cuda
+import tmpatch
+from tmpatch.audit.oracle.recorder import FAKE_ERRORS, SyncRecorder
+from tmpatch.audit.oracle.api import _SYNC_MESSAGE, _real_point, _sync_debug
+from tmpatch.audit.modes import restored_patches
 
 USAGE = "--step wants MODULE:FUNCTION or path/to/file.py:FUNCTION"
 
@@ -128,8 +132,6 @@ def takes_device(fn: Callable[..., Any]) -> bool:
 # --- whose code --------------------------------------------------------------------------------
 
 def _library_dirs() -> Tuple[str, ...]:
-    import tmpatch
-
     dirs = [os.path.dirname(os.path.abspath(m.__file__)) for m in (torch, tmpatch)]  # type: ignore[arg-type]
     for name in ("torchmetrics", "wrapt"):  # found, not imported
         found = importlib.util.find_spec(name)
@@ -180,8 +182,6 @@ def _call(fn: Callable[..., Any], device: Optional[torch.device], run: StepRun, 
 
 
 def _simulated(fn: Callable[..., Any], device: Optional[torch.device], run: StepRun, dev: torch.device) -> None:
-    from tmpatch.audit.oracle.recorder import FAKE_ERRORS
-
     skip = _library_dirs()
     with simulated_cuda(dev, on_sync=lambda point: run.seen.append(Seen(point, *_your_frame(skip)))) as sim:
         before = [0, 0]
@@ -202,9 +202,6 @@ def _simulated(fn: Callable[..., Any], device: Optional[torch.device], run: Step
 
 @contextlib.contextmanager
 def _watch_real(run: StepRun) -> Iterator[None]:
-    from tmpatch.audit.oracle.api import _SYNC_MESSAGE, _real_point, _sync_debug
-    from tmpatch.audit.oracle.recorder import SyncRecorder
-
     skip = _library_dirs()
     tracker = SyncRecorder(lambda point: None, simulate=False)
     with warnings.catch_warnings():
@@ -273,9 +270,6 @@ def _hint(exc: BaseException, real: bool, run: StepRun) -> str:
 
 def audit_step(fn: Callable[..., Any], device: Any = "cuda:0", real: bool = False) -> Dict[str, StepRun]:
     """Run the step function ``fn`` with tmpatch reverted, then applied (tmpatch is left as found)."""
-    import tmpatch
-    from tmpatch.audit.modes import restored_patches
-
     dev = cuda_device(device)
     if real and not torch.cuda.is_available():
         raise StepError("--real needs a CUDA GPU (torch.cuda.is_available() is False); leave it out to simulate")

@@ -9,13 +9,12 @@ from tmpatch.audit.oracle.locate import short_location
 from tmpatch.audit.panel.text import WIDTH, fit, tag
 from tmpatch.control.report import State
 from tmpatch.audit.step.run import StepRun, _library_dirs, yours
+from tmpatch.audit.panel.run import label_for
 
 MODES = ("unpatched", "patched")
 
 
 def _label(point: Any, skip: Tuple[str, ...]) -> str:
-    from tmpatch.audit.panel.run import label_for
-
     label = label_for(point)
     if label is None and yours(point.location.rpartition(":")[0], skip):
         return "your code"
@@ -103,8 +102,6 @@ def render(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str, 
 
 def to_dict(spec: str, runs: Dict[str, StepRun], release: str, states: Dict[str, str], real: bool) -> Dict[str, Any]:
     """Plain-JSON form: every point of each run, with the user's line."""
-    from tmpatch.audit.panel.run import label_for
-
     def point(seen: Any) -> Dict[str, Any]:
         label = label_for(seen.point)
         return dict(seen.point.to_dict(), at=seen.where, at_function=seen.function,

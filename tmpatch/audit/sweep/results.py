@@ -17,6 +17,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 from tmpatch.audit.oracle.locate import short_location
 from tmpatch.audit.oracle.report import AuditReport, SyncPoint
 from tmpatch.spec import DEFERRED, INHERENT, VALIDATION, Label
+from tmpatch.audit.panel.run import label_for as panel_label
 
 SYNC_FREE, NOT_COVERED, ERROR, COMPUTE = "sync-free", "not covered", "error", "compute"
 COMPUTE_REASON = "in forward()'s compute of the batch value (update() alone does not make it)"
@@ -47,8 +48,6 @@ def category(label: Optional[Label]) -> str:
 
 def label_for(point: SyncPoint) -> Optional[Label]:
     """The panel's label of ``point``, else the first of :data:`SWEEP_LABELS` that matches."""
-    from tmpatch.audit.panel.run import label_for as panel_label
-
     return panel_label(point) or next((lab for lab in SWEEP_LABELS if lab.matches(point)), None)
 
 

@@ -16,6 +16,7 @@ import contextlib
 import copy
 import importlib
 import inspect
+import json
 import logging
 import warnings
 from dataclasses import dataclass
@@ -25,9 +26,11 @@ import torch
 
 from tmpatch.audit.oracle.api import audit, audit_simulated
 from tmpatch.audit.oracle.report import AuditReport
-from tmpatch.audit.oracle.sim import copy_modules, cuda_device, module_owner
+from tmpatch.audit.oracle.sim import copy_modules, cuda_device, module_owner, active
 from tmpatch.audit.sweep.args import input_candidates, kwargs_for, skip_reason
-from tmpatch.audit.sweep.results import MODES, ClassResult, Sweep, shorten
+from tmpatch.audit.sweep.results import MODES, ClassResult, Sweep, shorten, render
+import tmpatch
+from tmpatch.audit.modes import restored_patches
 
 log = logging.getLogger("tmpatch")
 
@@ -110,8 +113,6 @@ def _mark_compute(owner: Any, spans: List[Tuple[int, int]]) -> None:
     indices, and (-1, -1) when a compute raised."""
     import torchmetrics
 
-    from tmpatch.audit.oracle.sim import active
-
     def syncs() -> int:
         sim = active()
         return 0 if sim is None else sum(p.is_sync for p in sim.sync_points)
@@ -169,9 +170,6 @@ def run_sweep(names: Optional[Sequence[str]] = None, real: bool = False,
     ``exclude``); tmpatch is left as found."""
     import torchmetrics
 
-    import tmpatch
-    from tmpatch.audit.modes import restored_patches
-
     results: List[ClassResult] = []
     cases: Dict[str, _Case] = {}
     classes: Dict[str, type] = {}
@@ -223,10 +221,6 @@ def calibration_cases(real: bool) -> Iterable[Tuple[str, Any]]:
 
 def report_text(as_json: bool = False, names: Optional[Sequence[str]] = None) -> str:
     """What ``tmpatch audit --all [--json]`` prints: the table (or the JSON) of a sweep."""
-    import json
-
-    from tmpatch.audit.sweep.results import render
-
     sweep = run_sweep(names)
     if as_json:
         return json.dumps(sweep.to_dict(), indent=2)

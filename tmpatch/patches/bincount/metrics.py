@@ -36,6 +36,8 @@ import sys
 from types import ModuleType
 from typing import Any, Callable
 
+from packaging.version import Version
+
 from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling
 from tmpatch.patches.bincount.counting import RECORD, Update, active, current
@@ -61,7 +63,6 @@ def _raises_first(data: Any) -> bool:
         return False
     if hasattr(data, "_XLA_AVAILABLE"):
         return not data._XLA_AVAILABLE
-    from packaging.version import Version
 
     release = getattr(sys.modules.get("torchmetrics"), "__version__", None)
     return isinstance(release, str) and Version("0.10.2") <= Version(release) < Version("0.11.2")

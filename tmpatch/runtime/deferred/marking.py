@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any, Callable, Optional
 
 from tmpatch.runtime.compiled import ContextSlot
+from tmpatch.spec import inline
 
 
 class Marker:
@@ -49,8 +50,6 @@ class Marker:
     def build_pair_update(self, module: ModuleType) -> Callable[..., Any]:
         """As :meth:`build_update`, for a class ``update(self, preds, target)``: installed itself
         (``spec.inline``: no wrapper's frame around every update)."""
-        from tmpatch.spec import inline
-
         recorded, slot, make = self.record.deferred, self.slot, self.make
 
         def update(self: Any, preds: Any, target: Any, *, _tmpatch_route: Any) -> Any:
