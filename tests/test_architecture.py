@@ -3,7 +3,9 @@ imports a room above it, at any depth; patches never reach the engine, the contr
 layer or the public API; the engine knows nothing of torch or torchmetrics."""
 from __future__ import annotations
 
+import ast
 import os
+import sys
 
 import pytest
 
@@ -22,3 +24,118 @@ def test_every_import_contract_is_kept():
     finally:
         os.chdir(here)
     assert code == 0, "an import contract of setup.cfg is broken: run lint-imports for the details"
+
+
+# -- imports inside functions (docs/design.rst, "Imports inside functions") ----------------------
+#: why a function may import a module of tmpatch or of the standard library itself
+START_UP = ("runs at interpreter start-up in every process with TMPATCH set: the bootstrap loads the "
+            "environment's table only, the rest when torchmetrics is imported")
+FOREIGN_PYTHON = "runs where tmpatch may be missing (another interpreter): the import is tried"
+COMMAND_START = "tmpatch run and tmpatch --help start without the selection and the catalogue (about 25 ms)"
+PYTEST_RUN = ("the pytest plugin loads in every pytest run: tmpatch's control layer comes when an option, "
+              "marker or fixture asks for it")
+AUDIT_FLOOR = "tmpatch audit checks torch's version before it imports the simulation (below: it says why)"
+ALONE = "tmpatch/engine/fingerprint.py also runs as a file, without its package (tests, in other Pythons)"
+METADATA = "importlib.metadata costs about 10 ms: read when a release's version is asked"
+UNDER_EDIT = "in files another change edits now: to hoist after it"
+
+#: (module, function, module imported inside it) -> reason; torch, torchmetrics and other
+#: third-party imports are not listed (the design's rule for them: tests/control/test_api.py
+#: checks that apply() imports no torch)
+LAZY_IMPORTS = {
+    ("tmpatch.bootstrap", "activate", "tmpatch.patches"): START_UP,
+    ("tmpatch.bootstrap", "activate", "tmpatch.control.api"): START_UP,
+    ("tmpatch.bootstrap", "_check_strict", "tmpatch.control.api"): START_UP,
+    ("tmpatch.bootstrap", "_configure_logging", "logging"): START_UP,
+    ("tmpatch.control.env", "Settings.check_names", "tmpatch.control.selection"): START_UP,
+    ("tmpatch.control.settings", "closest", "difflib"): START_UP,
+    ("tmpatch.bootstrap.sitecustomize", "_apply", "tmpatch.bootstrap"): FOREIGN_PYTHON,
+    ("tmpatch.cli", "_names", "tmpatch.control.selection"): COMMAND_START,
+    ("tmpatch.cli", "_status", "tmpatch.control.selection"): COMMAND_START,
+    ("tmpatch.cli", "_import_targets", "tmpatch.patches"): COMMAND_START,
+    ("tmpatch.control.selection", "_catalogue", "tmpatch.patches"): COMMAND_START,
+    ("tmpatch.pytest_plugin", "_apply", "tmpatch.control.session"): PYTEST_RUN,
+    ("tmpatch.pytest_plugin", "_restore", "tmpatch.control.session"): PYTEST_RUN,
+    ("tmpatch.pytest_plugin", "_option_names", "tmpatch.control.selection"): PYTEST_RUN,
+    ("tmpatch.pytest_plugin", "_marker_options", "tmpatch.control.selection"): PYTEST_RUN,
+    ("tmpatch.pytest_plugin", "_marker_options", "tmpatch.control.settings"): PYTEST_RUN,
+    ("tmpatch.pytest_plugin", "_import_host", "tmpatch.patches"): PYTEST_RUN,
+    ("tmpatch.pytest_plugin", "pytest_report_header", "tmpatch.control.report"): PYTEST_RUN,
+    ("tmpatch.pytest_plugin", "no_sync", "tmpatch.audit.fixture"): PYTEST_RUN,
+    ("tmpatch.audit.cli", "_run", "tmpatch.audit.step.cli"): AUDIT_FLOOR,
+    ("tmpatch.audit.cli", "_run", "tmpatch.audit.panel.rows"): AUDIT_FLOOR,
+    ("tmpatch.audit.cli", "_run", "tmpatch.audit.panel.run"): AUDIT_FLOOR,
+    ("tmpatch.audit.cli", "_run", "tmpatch.audit.sweep.run"): AUDIT_FLOOR,
+    ("tmpatch.audit.cli", "_run", "tmpatch.audit.panel.text"): AUDIT_FLOOR,
+    ("tmpatch.audit.cli", "main", "tmpatch.audit.calibrate.cli"): AUDIT_FLOOR,
+    ("tmpatch.audit.oracle.breaks", "graph_breaks", "tmpatch.audit.oracle.sim"): AUDIT_FLOOR,
+    ("tmpatch.engine.fingerprint", "fingerprint", "tmpatch.engine.cache"): ALONE,
+    ("tmpatch.patches", "release", "importlib.metadata"): METADATA,
+    ("tmpatch.patches.coalesced_sync", "_rules_for", "tmpatch.engine.fingerprint"): UNDER_EDIT,
+    ("tmpatch.patches.coalesced_sync", "_rules_for", "tmpatch.patches.coalesced_sync.plan"): UNDER_EDIT,
+    ("tmpatch.patches.coalesced_sync", "_rules", "tmpatch.engine.fingerprint"): UNDER_EDIT,
+    ("tmpatch.patches.coalesced_sync", "_build_sync_dist", "tmpatch.patches.coalesced_sync.flow"): UNDER_EDIT,
+    ("tmpatch.patches.coalesced_sync", "_build_collection_compute", "tmpatch.patches.coalesced_sync.flow"):
+        UNDER_EDIT,
+    ("tmpatch.patches.coalesced_sync.flow", "_release", "sys"): UNDER_EDIT,
+    ("tmpatch.patches.coalesced_sync.plan", "records_api", "tmpatch.runtime.deferred"): UNDER_EDIT,
+    ("tmpatch.spec", "Label.matches", "re"): UNDER_EDIT,
+}
+
+
+def _imports_inside_functions():
+    """``(module, function, imported module)`` of every import statement inside a function
+    of tmpatch (``from a import b`` counts as ``a.b`` where that is a module of tmpatch)."""
+    package = os.path.join(ROOT, "tmpatch")
+    found = []
+    for folder, _, files in os.walk(package):
+        for file in sorted(files):
+            if not file.endswith(".py"):
+                continue
+            path = os.path.join(folder, file)
+            parts = os.path.relpath(path, ROOT)[:-3].split(os.sep)
+            here = parts[:-1] if parts[-1] == "__init__" else parts
+            module = ".".join(here)
+            base = here if parts[-1] == "__init__" else here[:-1]  # what a relative import starts from
+            with open(path, encoding="utf-8") as handle:
+                tree = ast.parse(handle.read(), path)
+
+            def visit(node, qualname, in_function):
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        name = f"{qualname}.{child.name}" if qualname else child.name
+                        visit(child, name, in_function or not isinstance(child, ast.ClassDef))
+                        continue
+                    if in_function and isinstance(child, ast.Import):
+                        found.extend((module, qualname, alias.name) for alias in child.names)
+                    elif in_function and isinstance(child, ast.ImportFrom):
+                        source = child.module or ""
+                        if child.level:
+                            source = ".".join(base[:len(base) - child.level + 1] + ([source] if source else []))
+                        for alias in child.names:
+                            name = f"{source}.{alias.name}"
+                            found.append((module, qualname, name if _is_module(name) else source))
+                    visit(child, qualname, in_function)
+
+            visit(tree, "", False)
+    return found
+
+
+def _is_module(name):
+    path = os.path.join(ROOT, *name.split("."))
+    return os.path.isfile(path + ".py") or os.path.isfile(os.path.join(path, "__init__.py"))
+
+
+def test_imports_inside_functions_have_a_stated_reason():
+    """An import of tmpatch or of the standard library inside a function is listed in
+    :data:`LAZY_IMPORTS`, with its reason; every other one belongs at the top of its module."""
+    if not hasattr(sys, "stdlib_module_names"):
+        pytest.skip("sys.stdlib_module_names: Python 3.10 or later")
+    checked = [(module, function, name) for module, function, name in _imports_inside_functions()
+               if name.split(".")[0] == "tmpatch" or name.split(".")[0] in sys.stdlib_module_names]
+    unexplained = sorted(set(checked) - set(LAZY_IMPORTS))
+    assert not unexplained, ("imports inside functions with no reason listed in LAZY_IMPORTS (move them "
+                             "to the top of their module, or list them with the reason):\n"
+                             + "\n".join(f"  {m}.{f}: import {n}" for m, f, n in unexplained))
+    stale = sorted(set(LAZY_IMPORTS) - set(checked))
+    assert not stale, "LAZY_IMPORTS lists imports that are gone: " + ", ".join(map(str, stale))

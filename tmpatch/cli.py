@@ -16,11 +16,11 @@ import sys
 import textwrap
 from typing import Optional, Sequence
 
-from tmpatch.control import env, settings, selection
-from tmpatch.runtime import policies
-from tmpatch import __version__, patches as catalogue
 import tmpatch
+from tmpatch import __version__
 from tmpatch.bootstrap import DIRECTORY
+from tmpatch.control import env, settings
+from tmpatch.runtime import policies
 
 DESCRIPTION = """\
 tmpatch repairs torchmetrics in place, at run time (host-device syncs, wrong
@@ -67,6 +67,8 @@ class UsageError(Exception):
 
 def _names(value: Optional[str], option: str) -> Optional[tuple]:
     """Parse and check ``--patches``/``--exclude`` (comma-separated)."""
+    from tmpatch.control import selection  # here: tmpatch run and --help start without it
+
     try:
         return selection.names(value, option)
     except (TypeError, ValueError) as exc:
@@ -152,6 +154,8 @@ def _say(message: str) -> None:
 def _import_targets() -> None:
     """Import the modules the patches target (those torchmetrics imports lazily too), so
     that every row of the table is final rather than ``pending``."""
+    from tmpatch import patches as catalogue
+
     for name in catalogue.NAMES:
         for target in catalogue.load(name).targets:
             try:
@@ -161,6 +165,8 @@ def _import_targets() -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from tmpatch.control import selection
+
     patches = _names(args.patches, "--patches")
     exclude = _names(args.exclude, "--exclude")
     found = env.read(valid_names=selection.valid_names())

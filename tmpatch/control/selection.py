@@ -9,17 +9,26 @@ arguments are all checked before anything changes (:func:`check_apply`).
 from __future__ import annotations
 
 import logging
+from types import ModuleType
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tmpatch import patches as catalogue
 from tmpatch.control import env, settings
 
 log = logging.getLogger("tmpatch")
 
 
+def _catalogue() -> ModuleType:
+    """:mod:`tmpatch.patches`, imported on the first name checked: ``tmpatch run`` and
+    ``tmpatch --help`` import this module, and the catalogue's import (the vocabulary,
+    packaging) would add about 20 ms to their start."""
+    from tmpatch import patches
+
+    return patches
+
+
 def valid_names() -> Tuple[str, ...]:
     """Every patch name (the catalogue's order)."""
-    return tuple(catalogue.NAMES)
+    return tuple(_catalogue().NAMES)
 
 
 def split(text: str) -> Tuple[str, ...]:
@@ -97,7 +106,7 @@ def select(patches: Any, exclude: Any, where: str = "tmpatch.apply",
 
 def _requires(name: str) -> Tuple[str, ...]:
     try:
-        return tuple(catalogue.load(name).requires)
+        return tuple(_catalogue().load(name).requires)
     except ValueError:  # a name the caller's own list declared valid, not in the catalogue
         return ()
 
