@@ -43,6 +43,8 @@ UNDER_EDIT = "in files another change edits now: to hoist after it"
 #: third-party imports are not listed (the design's rule for them: tests/control/test_api.py
 #: checks that apply() imports no torch)
 LAZY_IMPORTS = {
+    ("tmpatch", "__getattr__", "importlib"): START_UP,
+    ("tmpatch.bootstrap", "_spec_with_strict_check", "importlib.util"): START_UP,
     ("tmpatch.bootstrap", "activate", "tmpatch.patches"): START_UP,
     ("tmpatch.bootstrap", "activate", "tmpatch.control.api"): START_UP,
     ("tmpatch.bootstrap", "_check_strict", "tmpatch.control.api"): START_UP,

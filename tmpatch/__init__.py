@@ -8,8 +8,6 @@ the environment bootstrap runs in every process and must cost nothing.
 """
 from __future__ import annotations
 
-import importlib
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (start-up cost)
 
 __version__ = "0.1.0"
@@ -53,6 +51,7 @@ def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tmpatch' has no attribute {name!r}")
+    import importlib
 
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

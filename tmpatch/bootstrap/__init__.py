@@ -20,7 +20,6 @@ here prints one line on stderr and the program runs on, unpatched.
 from __future__ import annotations
 
 import _thread
-import importlib.util
 import os
 import sys
 
@@ -106,6 +105,8 @@ def activate(settings: env.Settings) -> bool:
 def _spec_with_strict_check():
     """The spec of torchmetrics, found again through wrapt's finder with a
     post-import hook that raises if a patch could not be applied."""
+    import importlib.util
+
     import wrapt
 
     wrapt.register_post_import_hook(_check_strict, HOST)
