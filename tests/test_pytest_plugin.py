@@ -41,11 +41,37 @@ def run(pytester, pytestconfig):
             pytester.makeini(ini)
         pytester.makepyfile(test_inner=source)
         # hypothesis's plugin costs seconds per inner session (its terminal summary)
-        result = pytester.runpytest(*args, "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *extra)
+        result = pytester.runpytest(*args, "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *extra,
+                                    plugins=[_KeepModules()])
         assert_nothing_left()
         return result
 
     return run_inner
+
+
+#: the modules an inner session had imported, put back after pytester's clean-up (:func:`_modules_survive`)
+_IMPORTED: dict = {}
+
+
+class _KeepModules:
+    """Records the modules an inner session imported: pytester drops them after the run and
+    again at its own teardown, and torch cannot import a module twice in one process (a second
+    ``torch._inductor.test_operators`` registers its operator library again and raises), so a
+    later test of this process would fail for a reason of the harness."""
+
+    def pytest_unconfigure(self) -> None:
+        _IMPORTED.update(sys.modules)
+
+
+@pytest.fixture(autouse=True)
+def _modules_survive():
+    """Set up before ``pytester``, torn down after it: puts back what the inner sessions imported
+    (all but their own test files)."""
+    yield
+    for name, module in _IMPORTED.items():
+        if name not in sys.modules and module is not None and not name.startswith(("test_inner", "conftest")):
+            sys.modules[name] = module
+    _IMPORTED.clear()
 
 
 def assert_nothing_left() -> None:
