@@ -274,6 +274,34 @@ def test_compiled_then_eager_updates_count_both():
     assert metric._update_count == 4
 
 
+def _relational_guards(fn: Callable[[], None]) -> List[str]:
+    """The checks of ``fn``'s compiled entry that torch.compile runs as Python (two ways to one object)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    entries = _debug_get_cache_entry_list(fn.__code__)
+    assert len(entries) == 1
+    return [line for line in str(entries[0].guard_manager).splitlines() if "LAMBDA_GUARD" in line]
+
+
+@pytest.mark.skipif(not _torch_at_least(2, 6), reason="the guard manager's text names its Python checks from 2.6")
+def test_a_counted_update_reaches_the_metrics_modules_one_way():
+    """What compiled_update reads of a metric is reached the way torch's own code reaches it: no Python
+    identity check per call (``_hold`` read ``metric._modules`` where ``Module.__setattr__`` reads
+    ``metric.__dict__['_modules']``: a check per counted metric on every call)."""
+    tmpatch.apply()
+    metric = _build("MeanMetric")[0]
+    value = _inputs("value", 0)[0]
+
+    def step() -> None:
+        metric.update(value)
+
+    dynamo.reset()
+    fn = torch.compile(step, backend="eager", fullgraph=True)
+    fn()
+    fn()
+    assert not [line for line in _relational_guards(step) if "_modules" in line]
+
+
 def test_reset_after_compiled_updates_discards_their_pending_count():
     metric, fn = _compiled_accuracy(3)
     metric.reset()

@@ -289,8 +289,10 @@ def _follow(follower: Any, leader: Any) -> None:
 def _hold(metric: Any) -> Optional[List[Any]]:
     """The metric's states before a compiled update, ``(name, value)``; None when the patch is
     reverted, or for a metric holding other metrics (a wrapper: its states may be theirs, e.g.
-    Running's window slots start as its base metric's default tensor, one object for all)."""
-    if not _live.on or metric._modules:
+    Running's window slots start as its base metric's default tensor, one object for all). ``_modules``
+    is read from ``__dict__``, where torch's ``Module.__setattr__`` reads it: one way to reach it, so
+    torch.compile does not add a guard that the two ways find the same dict (a Python check per call)."""
+    if not _live.on or metric.__dict__.get("_modules"):
         return None
     return [(name, getattr(metric, name)) for name in metric._defaults]
 
