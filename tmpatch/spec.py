@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -21,6 +21,24 @@ from packaging.version import InvalidVersion, Version
 #: ``replacement(original, *args, **kwargs)`` (``self`` first for methods),
 #: where ``original`` is the release's own function, for fall-backs.
 Builder = Callable[[ModuleType], Callable[..., Any]]
+
+#: what a :func:`told` builder is given besides the module: the fingerprint the gating found
+#: for each of the patch's targets and requirements (:class:`Requirement`), by ``path``
+#: (None: a requirement that may be absent, and is)
+Recognised = Mapping[str, Optional[str]]
+
+#: the attribute that marks a builder told what the gating recognised (:func:`told`)
+TOLD = "_tmpatch_told"
+
+
+def told(build: Callable[[ModuleType, Recognised], Callable[..., Any]]) -> Builder:
+    """Mark a builder that is called as ``build(module, recognised)`` (:data:`Recognised`):
+    for a replacement that depends on which code the gating recognised beyond its own
+    target (another target's implementation, or code the patch relies on). A patch never
+    fingerprints code itself: it maps the fingerprints it declared to what they mean."""
+    setattr(build, TOLD, True)
+    return build  # type: ignore[return-value]
+
 
 #: the attribute the engine reads a replacement's gate from (``tmpatch.engine.layers.GATE``)
 GATE = "_tmpatch_gate"
@@ -163,8 +181,9 @@ class Rewrite:
 class Variant:
     """One upstream implementation of a target, recognised by its fingerprint.
 
-    ``build`` is a :data:`Builder` (a wrapper), a :class:`Rewrite` (edits of the
-    release's function), or ``None`` when this implementation already carries the
+    ``build`` is a :data:`Builder` (a wrapper; :func:`told` what else the gating
+    recognised, if marked so), a :class:`Rewrite` (edits of the release's
+    function), or ``None`` when this implementation already carries the
     upstream fix: the patch is then *not-needed* on that release.
     """
 
@@ -216,7 +235,9 @@ class Decline:
 class Requirement:
     """Code outside the release that a repair relies on (torch's own, say): the function
     ``module.qualname`` must have one of ``fingerprints``, else the patch is left alone as
-    not recognised. ``None`` among them: the function may be absent."""
+    not recognised. ``None`` among them: the function may be absent. Its code is looked at
+    underneath tmpatch's own layer, should another patch wrap it; which fingerprint was
+    found is what a :func:`told` builder is told."""
 
     module: str
     qualname: str

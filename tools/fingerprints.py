@@ -61,6 +61,17 @@ def main(folders: List[str]) -> int:
                 variant = target.variant_for(code)
                 known = ("fixed" if variant.fixed else "patched") + f" as {describe(variant.releases)}" if variant else "UNKNOWN"
                 sys.stdout.write(f"  {code}  {releases[0]} .. {releases[-1]} ({len(releases)})  {known}\n")
+        for requirement in patch.relies_on:  # the release's code it relies on (torch's: tools/torch_fingerprints.py)
+            if requirement.module.split(".")[0] != catalogue.HOST:
+                continue
+            groups = OrderedDict()
+            for folder in folders:
+                src = _source(folder, requirement.module, requirement.qualname)
+                groups.setdefault(source_fingerprint(src) if src else "missing", []).append(_release(folder))
+            sys.stdout.write(f"{name}: relies on {requirement.path}\n")
+            for code, releases in groups.items():
+                known = "known" if code in requirement.fingerprints else "UNKNOWN"
+                sys.stdout.write(f"  {code}  {releases[0]} .. {releases[-1]} ({len(releases)})  {known}\n")
     return 0
 
 

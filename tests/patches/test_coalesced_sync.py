@@ -61,9 +61,13 @@ def _mixed(rows: int = 2, **kwargs: Any) -> Any:
 
 
 def _rules() -> Any:
-    from tmpatch.patches.coalesced_sync import _rules
+    """The rules the patch builds from what the gating recognised of the loaded release."""
+    from tmpatch.control import api, gating
+    from tmpatch.patches import coalesced_sync
 
-    return _rules()
+    state, reason, found = api._recognise(coalesced_sync.PATCH)
+    assert state == "applied", reason
+    return coalesced_sync._rules(gating.recognised(coalesced_sync.PATCH, found, api._original))
 
 
 @pytest.mark.parametrize("rows", [0, 1, 2])
@@ -106,21 +110,56 @@ def test_status_bindings_and_revert():
     assert vars(Metric)["_sync_dist"] is originals[0]
 
 
-@needs_torch_2_5
-def test_code_not_recognised_is_left_alone(monkeypatch):
-    from torchmetrics import Metric
+def test_unknown_gather_is_left_alone(monkeypatch):
+    """A ``gather_all_tensors`` of unknown code (here another tool's): the gating leaves the patch
+    alone, says why, and nothing of it is installed (no builder runs)."""
+    import torchmetrics.utilities.distributed as distributed
+    from torchmetrics import Metric, MetricCollection
 
+    def gather_all_tensors(result: Any, group: Any = None) -> List[Any]:
+        return [result]
+
+    originals = (vars(Metric)["_sync_dist"], vars(MetricCollection)["compute"])
+    monkeypatch.setattr(distributed, "gather_all_tensors", gather_all_tensors)
+    row = tmpatch.apply("coalesced_sync")["coalesced_sync"]
+    assert row.state == "mismatch", row
+    assert "relies on torchmetrics.utilities.distributed.gather_all_tensors, whose code is not recognised" \
+        in row.reason, row
+    assert (vars(Metric)["_sync_dist"], vars(MetricCollection)["compute"]) == originals
+
+
+def test_gather_is_recognised_underneath_a_tmpatch_layer(monkeypatch):
+    """The gating fingerprints the release's ``gather_all_tensors``, not what is in its place:
+    under tmpatch's own layer (``gather_autograd``) the release's code is the one recognised."""
+    import torchmetrics
+    import torchmetrics.utilities.distributed as distributed
+
+    from tmpatch.control import api, gating
     from tmpatch.patches import coalesced_sync
 
-    original = vars(Metric)["_sync_dist"]
-    monkeypatch.setattr(coalesced_sync, "GATHER", {})
-    coalesced_sync._rules_for.cache_clear()
-    try:
-        row = tmpatch.apply("coalesced_sync")["coalesced_sync"]
-    finally:
-        coalesced_sync._rules_for.cache_clear()
-    assert row.state == "failed" and "gather_all_tensors not recognised" in row.reason, row
-    assert vars(Metric)["_sync_dist"] is original
+    release, version = distributed.gather_all_tensors, torchmetrics.__version__
+
+    def layer(result: Any, group: Any = None) -> List[Any]:  # code of its own, as a wrapper has
+        return release(result, group)
+
+    monkeypatch.setattr(distributed, "gather_all_tensors", layer)
+    patch = coalesced_sync.PATCH
+
+    def original(target: Any) -> Any:  # what the engine answers while its layer is in place
+        return release if target is coalesced_sync.GATHER_ALL else api._original(target)
+
+    state, reason, found = gating.recognise(patch, version, original)
+    assert state == "applied", reason
+    told = gating.recognised(patch, found, original)
+    assert told[coalesced_sync.GATHER_ALL.path] in coalesced_sync.GATHER
+    assert told[coalesced_sync.SYNC_DIST_PATH] in coalesced_sync.SYNC_DIST
+
+
+def test_rules_cover_every_sync_dist_variant():
+    from tmpatch.patches import coalesced_sync
+
+    target = next(t for t in coalesced_sync.PATCH.targets if t.path == coalesced_sync.SYNC_DIST_PATH)
+    assert {v.fingerprint for v in target.variants} == set(coalesced_sync.SYNC_DIST)
 
 
 @pytest.mark.skipif(torch_at_least(2, 5), reason="torch 2.5 or later: the patch applies")

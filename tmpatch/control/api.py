@@ -18,7 +18,7 @@ from tmpatch.engine import cache
 from tmpatch.runtime import compiled
 from tmpatch.control import gating, selection, settings
 from tmpatch.engine.core import Engine
-from tmpatch.spec import Patch, Target, Variant
+from tmpatch.spec import Patch, Recognised, Requirement, Target, Variant
 from tmpatch.control.report import PatchStatus, Report, State
 from tmpatch.runtime import wrappers
 from tmpatch.runtime.policies import current as current_policies
@@ -50,7 +50,7 @@ def _scope(target: Target) -> str:
     return target.module.split(".")[0]
 
 
-def _key(target: Target) -> Tuple[str, str]:
+def _key(target: Union[Target, Requirement]) -> Tuple[str, str]:
     return (target.module, target.qualname)
 
 
@@ -63,8 +63,13 @@ def _here(patch: Patch) -> List[Target]:
     return gating.here(patch, catalogue.release())
 
 
+def _original(target: Union[Target, Requirement]) -> Any:
+    """The release's own function at a target or requirement (underneath tmpatch's layer)."""
+    return _engine.original(_key(target))
+
+
 def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
-    return gating.recognise(patch, catalogue.release(), lambda target: _engine.original(_key(target)))
+    return gating.recognise(patch, catalogue.release(), _original)
 
 
 def _joined(key: Tuple[str, str], module: Any, holders: Held) -> Callable[..., Any]:
@@ -81,12 +86,13 @@ def _holders(key: Tuple[str, str]) -> Held:
     return {name: held[name] for name in catalogue.NAMES if name in held}
 
 
-def _put(target: Target, patch: Patch, variant: Variant, sweep: bool) -> None:
+def _put(target: Target, patch: Patch, variant: Variant, told: Recognised, sweep: bool) -> None:
     """Install ``patch``'s replacement for ``target``, joined with those of the patches that
-    hold it already (edits applied together, wrappers around them)."""
+    hold it already (edits applied together, wrappers around them). ``told``: what the
+    gating recognised (:func:`gating.recognised`), for builders that are told it."""
     key = _key(target)
     module = sys.modules[target.module]
-    part = (variant, gating.build(variant, module))
+    part = (variant, gating.build(variant, module, told))
     joined = {**_holders(key), patch.name: part}
     replacement = _joined(key, module, {name: joined[name] for name in catalogue.NAMES if name in joined})
     layer = _engine.layer(key)
@@ -158,10 +164,11 @@ def _install(patch: Patch, sweep: bool) -> None:
     if state == State.APPLIED:
         done: List[Target] = []
         try:
+            told = gating.recognised(patch, found, _original)
             for target, variant in found:
                 if variant.fixed:
                     continue
-                _put(target, patch, variant, sweep)
+                _put(target, patch, variant, told, sweep)
                 done.append(target)
         except Exception as exc:  # noqa: BLE001 - a patch must never break the program
             dropped: Dict[str, str] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from tmpatch.engine import rewrite
 from tmpatch import spec
@@ -19,6 +19,8 @@ from tmpatch.control.report import State
 from tmpatch.spec import Patch, Requirement, Rewrite, Target, Variant
 
 Found = List[Tuple[Target, Variant]]
+#: ``original(target)``: the release's own function at a target or a requirement, underneath tmpatch
+Original = Callable[[Union[Target, Requirement]], Any]
 
 
 def here(patch: Patch, release: Optional[str]) -> List[Target]:
@@ -45,10 +47,11 @@ def declined(patch: Patch, release: Optional[str]) -> bool:
     return release is not None and any(spec.contains(d.releases, release) for d in patch.declines)
 
 
-def recognise(patch: Patch, release: Optional[str], original: Callable[[Target], Any]) -> Tuple[str, str, Found]:
+def recognise(patch: Patch, release: Optional[str], original: Original) -> Tuple[str, str, Found]:
     """What to do with ``patch`` on ``release``: a state, its reason, and the variants
     found (empty unless the state is APPLIED or NOT_NEEDED). ``original(target)`` gives
-    the release's function (raising :class:`PatchError` when it cannot be found)."""
+    the release's function at a target or a requirement (raising :class:`PatchError` when
+    it cannot be found)."""
     done = settled(patch, release)
     if done is not None:
         return done[0], done[1], []
@@ -70,7 +73,7 @@ def recognise(patch: Patch, release: Optional[str], original: Callable[[Target],
             return State.MISMATCH, f"code of {target.qualname} not recognised (fingerprint {code}); left alone", []
         found.append((target, variant))
     for requirement in patch.relies_on if found else ():
-        problem = _unrecognised(requirement)
+        problem = _requirement(requirement, original)[1]
         if problem:
             return State.MISMATCH, problem, []
     if not found:
@@ -80,20 +83,35 @@ def recognise(patch: Patch, release: Optional[str], original: Callable[[Target],
     return State.APPLIED, f"code of {common(found)} recognised", found
 
 
-def _unrecognised(requirement: Requirement) -> str:
-    """Why the code ``requirement`` names is not code the patch was written for ('' if it is)."""
-    obj: Any = sys.modules.get(requirement.module)
-    for part in requirement.qualname.split(".") if obj is not None else ():
-        obj = getattr(obj, part, None)
+def _requirement(requirement: Requirement, original: Original) -> Tuple[Optional[str], str]:
+    """The fingerprint of the code ``requirement`` names (None: absent), and why it is not code
+    the patch was written for ('' if it is). The code is the release's own, underneath
+    tmpatch's layer where another patch wraps it (``original``)."""
+    try:
+        obj: Any = original(requirement)
+    except PatchError:  # its module is not imported, or it is not in its owner's own namespace
+        obj = sys.modules.get(requirement.module)
+        for part in requirement.qualname.split(".") if obj is not None else ():
+            obj = getattr(obj, part, None)
     if obj is None:
-        return "" if None in requirement.fingerprints else f"relies on {requirement.path}, which is absent; left alone"
+        return None, ("" if None in requirement.fingerprints else
+                      f"relies on {requirement.path}, which is absent; left alone")
     try:
         code = fingerprint(obj)
     except FingerprintError as exc:
-        return f"relies on {requirement.path}: {exc}; left alone"
+        return None, f"relies on {requirement.path}: {exc}; left alone"
     if code not in requirement.fingerprints:
-        return f"relies on {requirement.path}, whose code is not recognised (fingerprint {code}); left alone"
-    return ""
+        return code, f"relies on {requirement.path}, whose code is not recognised (fingerprint {code}); left alone"
+    return code, ""
+
+
+def recognised(patch: Patch, found: Found, original: Original) -> Dict[str, Optional[str]]:
+    """What :func:`tmpatch.spec.told` builders are told (:data:`tmpatch.spec.Recognised`): the
+    fingerprint found for each target in ``found`` and each of the patch's requirements."""
+    told: Dict[str, Optional[str]] = {target.path: variant.fingerprint for target, variant in found}
+    for requirement in patch.relies_on:
+        told[requirement.path] = _requirement(requirement, original)[0]
+    return told
 
 
 def common(found: Found) -> str:
@@ -126,11 +144,14 @@ def _around(wrapper: Callable[..., Any], inner: Optional[Callable[..., Any]]) ->
     return joined
 
 
-def build(variant: Variant, module: Any) -> Optional[Callable[..., Any]]:
+def build(variant: Variant, module: Any, told: spec.Recognised) -> Optional[Callable[..., Any]]:
     """A wrapping variant's piece of a joined replacement, built once (None for an edit:
-    edits are joined from the original each time, :func:`joined`)."""
+    edits are joined from the original each time, :func:`joined`). A builder marked
+    :func:`tmpatch.spec.told` is given ``told`` (:func:`recognised`) too."""
     if isinstance(variant.build, Rewrite) or variant.build is None:
         return None
+    if getattr(variant.build, spec.TOLD, False):
+        return variant.build(module, told)  # type: ignore[call-arg]
     return variant.build(module)
 
 

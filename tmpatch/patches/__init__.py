@@ -8,8 +8,8 @@ module is imported.
 
 Contract: a patch imports only the vocabulary (:mod:`tmpatch.spec`), the runtime
 (:mod:`tmpatch.runtime`) and other patches; never the engine, the control layer or
-the public API (``setup.cfg``'s import-linter contract; the one exception, listed
-there, is ``coalesced_sync``'s own fingerprints).
+the public API (``setup.cfg``'s import-linter contract). What a patch needs to know of
+the code the gating recognised it is told (:func:`tmpatch.spec.told`).
 """
 from __future__ import annotations
 

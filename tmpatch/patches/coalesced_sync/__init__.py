@@ -35,18 +35,20 @@ from types import ModuleType
 from typing import Any, Callable
 
 from tmpatch.runtime import wrappers
-from tmpatch.spec import Patch, Target, Variant, since, span
+from tmpatch.spec import Patch, Recognised, Requirement, Target, Variant, since, span, told
 
 #: fingerprints of ``torchmetrics.utilities.distributed.gather_all_tensors`` whose
 #: results this patch reproduces, and whether the local entry is the caller's tensor
 GATHER = {"d303e452a82b0edc": False, "c677f69bb6977523": True, "bc3f9f86e5dc4800": True}
 
+#: the release's ``gather_all_tensors``, whose results the exchange reproduces: known code only
+GATHER_ALL = Requirement("torchmetrics.utilities.distributed", "gather_all_tensors", tuple(GATHER))
+
 #: ``Metric._sync_dist`` implementations -> where "empty cat list becomes an empty tensor" is decided
 SYNC_DIST = {"1d74f45e742cadc5": "never", "b4c07d74bf52ab7a": "module", "ea31593b2f29b2fd": "metric"}
 
-
-class UnknownGather(RuntimeError):
-    """``gather_all_tensors`` is not code this patch knows."""
+#: the target whose implementation decides the "empty cat list" rule
+SYNC_DIST_PATH = "torchmetrics.metric.Metric._sync_dist"
 
 
 class TorchTooOld(RuntimeError):
@@ -64,39 +66,31 @@ def _check_torch() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _rules_for(sync_code: str, gather: Callable[..., Any]) -> Any:
-    from tmpatch.engine.fingerprint import fingerprint
+def _rules_for(where: str, keeps_graph: bool, gather: Callable[..., Any]) -> Any:
     from tmpatch.patches.coalesced_sync.plan import Rules
 
     _check_torch()
     metric_module = sys.modules["torchmetrics.metric"]
-    code = fingerprint(gather)
-    if code not in GATHER:
-        raise UnknownGather(
-            f"torchmetrics.utilities.distributed.gather_all_tensors not recognised (fingerprint {code}); "
-            "coalesced_sync reproduces its results only for known code"
-        )
-    where = SYNC_DIST[sync_code]
     if where == "never":
         empty: Callable[[Any], bool] = lambda metric: False  # noqa: E731
     elif where == "module":
         empty = lambda metric: bool(getattr(metric_module, "_TORCH_GREATER_EQUAL_2_1", False))  # noqa: E731
     else:
         empty = lambda metric: bool(getattr(metric, "_TORCH_GREATER_EQUAL_2_1", False))  # noqa: E731
-    return Rules(cat=metric_module.dim_zero_cat, empty=empty, raw=gather, keeps_graph=GATHER[code])
+    return Rules(cat=metric_module.dim_zero_cat, empty=empty, raw=gather, keeps_graph=keeps_graph)
 
 
-def _rules() -> Any:
-    """The rules of the loaded release (its ``_sync_dist`` and ``gather_all_tensors``)."""
-    from tmpatch.engine.fingerprint import fingerprint
-
-    metric_module = sys.modules["torchmetrics.metric"]
+def _rules(recognised: Recognised) -> Any:
+    """The rules of the loaded release, by what the gating recognised of its ``_sync_dist``
+    and ``gather_all_tensors`` (the release's own function, underneath any tmpatch layer)."""
     distributed = sys.modules["torchmetrics.utilities.distributed"]
-    sync_code = fingerprint(wrappers.get_original(vars(metric_module.Metric)["_sync_dist"]))
-    return _rules_for(sync_code, wrappers.get_original(distributed.gather_all_tensors))
+    where = SYNC_DIST[recognised[SYNC_DIST_PATH]]  # type: ignore[index]
+    keeps_graph = GATHER[recognised[GATHER_ALL.path]]  # type: ignore[index]
+    return _rules_for(where, keeps_graph, wrappers.get_original(distributed.gather_all_tensors))
 
 
-def _build_sync_dist(module: ModuleType) -> Callable[..., Any]:
+@told
+def _build_sync_dist(module: ModuleType, recognised: Recognised) -> Callable[..., Any]:
     import torch
 
     from tmpatch.patches.coalesced_sync import flow
@@ -105,14 +99,15 @@ def _build_sync_dist(module: ModuleType) -> Callable[..., Any]:
         # its byte buffer fails on torch 2.1 ("Invalid scalar type"): the release's sync stays
         raise RuntimeError(f"coalesced_sync needs torch 2.5 or later (this is {torch.__version__})")
 
-    rules = _rules()
+    rules = _rules(recognised)
     return functools.partial(flow.sync_dist, rules)
 
 
-def _build_collection_compute(module: ModuleType) -> Callable[..., Any]:
+@told
+def _build_collection_compute(module: ModuleType, recognised: Recognised) -> Callable[..., Any]:
     from tmpatch.patches.coalesced_sync import flow
 
-    rules = _rules()
+    rules = _rules(recognised)
     metric_module = sys.modules["torchmetrics.metric"]
     metric_class = metric_module.Metric
 
@@ -130,6 +125,7 @@ PATCH = Patch(
     known=since("0.10.0"),
     upstream="none (every release gathers each state on its own; PR #217 pre-concatenates list states)",
     changes="a rank that does not run coalesced_sync makes the sync fail (timeout or a clear error), never a value",
+    relies_on=(GATHER_ALL,),
     targets=(
         Target(
             module="torchmetrics.metric",
