@@ -248,6 +248,35 @@ class Requirement:
         return f"{self.module}.{self.qualname}"
 
 
+class _Leave:
+    """The type of :data:`LEAVE`."""
+
+    def __repr__(self) -> str:
+        return "LEAVE"
+
+
+#: what a :class:`Setting`'s ``value`` returns to leave its attribute as it is on this release
+LEAVE: Any = _Leave()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """An attribute a patch sets while it is applied, a value rather than a function wrapped:
+    ``module.qualname`` (in the module's or a class's own namespace) becomes ``value(module)``,
+    called when the patch is applied, once the module is loaded (:data:`LEAVE`: left as it
+    is). The engine sets it after the targets are in place and, on revert, after
+    ``after_revert``, puts back exactly what was there (an absent attribute is deleted
+    again), unless somebody else has set it since: theirs is left, and the row says so."""
+
+    module: str
+    qualname: str
+    value: Callable[[ModuleType], Any]
+
+    @property
+    def path(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
 #: label categories: why a sync point is there
 INHERENT = "inherent"  #: no implementation of the call can avoid it
 VALIDATION = "validation"  #: input validation the user asked for (validate_args=True)
@@ -309,7 +338,10 @@ class Patch:
     relies_on: Tuple[Requirement, ...] = field(default=())
     #: releases inside ``known`` left alone on purpose (checked before any code is looked at)
     declines: Tuple[Decline, ...] = field(default=())
-    #: called after the patch is applied / reverted (host-side bookkeeping, nothing wrapped)
+    #: attributes set while the patch is applied (:class:`Setting`)
+    settings: Tuple[Setting, ...] = field(default=())
+    #: called after the patch is applied / reverted (host-side bookkeeping: nothing of the
+    #: release changes here; ``after_revert`` runs before the settings are taken back)
     after_apply: Optional[Callable[[], None]] = None
     after_revert: Optional[Callable[[], None]] = None
 

@@ -514,3 +514,75 @@ def torch_tensor():
     import torch
 
     return torch.tensor([1.0, 2.0])
+
+
+@pytest.fixture
+def with_setting(tmp_path, monkeypatch):
+    """mean_default_weight given a setting of ``toysetting.Box.value`` (a module not imported yet)
+    and an ``after_revert`` that records what it sees there."""
+    from tmpatch.spec import LEAVE, Setting
+
+    (tmp_path / "toysetting.py").write_text("class Box:\n    pass\n\nvalue = 'release'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    patch = catalogue.load("mean_default_weight")
+    seen = []
+    choice = {"value": "ours"}
+
+    def value(module):
+        if choice["value"] is Exception:
+            raise RuntimeError("no value here")
+        return choice["value"]
+
+    def after_revert():
+        seen.append(vars(sys.modules["toysetting"].Box).get("value", "absent"))
+
+    saved = (patch.settings, patch.after_revert)
+    object.__setattr__(patch, "settings", (Setting("toysetting", "Box.value", value),
+                                           Setting("toysetting", "value", lambda module: LEAVE)))
+    object.__setattr__(patch, "after_revert", after_revert)
+    try:
+        yield patch, seen, choice
+    finally:
+        tmpatch.revert()
+        object.__setattr__(patch, "settings", saved[0])
+        object.__setattr__(patch, "after_revert", saved[1])
+        sys.modules.pop("toysetting", None)
+
+
+def test_a_setting_waits_for_its_module_and_goes_after_after_revert(with_setting):
+    patch, seen, _ = with_setting
+    report = tmpatch.apply(["mean_default_weight"])
+    row = report["mean_default_weight"]
+    assert row.state == "pending" and "toysetting" in row.reason, row  # nothing done before it is loaded
+    assert "toysetting" in tmpatch.control.api.armed()
+    import toysetting
+
+    assert tmpatch.status()["mean_default_weight"].state == "applied"
+    assert vars(toysetting.Box)["value"] == "ours" and toysetting.value == "release"  # LEAVE: left as it is
+    report = tmpatch.revert(["mean_default_weight"])
+    assert seen == ["ours"]  # after_revert ran while the setting was still in place
+    assert "value" not in vars(toysetting.Box) and toysetting.value == "release"
+    assert report["mean_default_weight"].reason == "originals restored"
+
+
+def test_a_setting_replaced_by_another_tool_is_left_and_said(with_setting):
+    patch, seen, _ = with_setting
+    import toysetting
+
+    assert tmpatch.apply(["mean_default_weight"])["mean_default_weight"].state == "applied"
+    toysetting.Box.value = "theirs"
+    row = tmpatch.revert(["mean_default_weight"])["mean_default_weight"]
+    assert row.state == "reverted" and "toysetting.Box.value was set again by another tool" in row.reason, row
+    assert vars(toysetting.Box)["value"] == "theirs"
+
+
+def test_a_setting_that_cannot_be_made_leaves_the_patch_out_whole(with_setting):
+    patch, seen, choice = with_setting
+    import toysetting
+    from torchmetrics.aggregation import MeanMetric
+
+    original = vars(MeanMetric)["update"]
+    choice["value"] = Exception
+    row = tmpatch.apply(["mean_default_weight"])["mean_default_weight"]
+    assert row.state == "failed" and "no value here" in row.reason, row
+    assert vars(MeanMetric)["update"] is original and "value" not in vars(toysetting.Box)

@@ -306,3 +306,58 @@ def test_a_gated_replacement_runs_only_while_its_gate_answers(toy):
     assert core.target(2) == 5
     engine.remove(("toypkg.core", "target"), scope="toypkg")
 
+
+
+# -- settings: attributes set while applied, put back exactly -------------------
+def test_a_setting_absent_before_is_absent_again_after_take(toy):
+    import toypkg.core as core
+
+    engine = Engine()
+    marker = object()
+    engine.put(("toypkg.core", "Thing.flag"), marker)
+    assert vars(core.Thing)["flag"] is marker and engine.settings() == [("toypkg.core", "Thing.flag")]
+    assert engine.take(("toypkg.core", "Thing.flag")) == ""
+    assert "flag" not in vars(core.Thing) and engine.settings() == []  # deleted, not set to None
+
+
+def test_a_setting_present_before_is_put_back_by_identity(toy):
+    import toypkg.core as core
+
+    engine = Engine()
+    original = core.target
+    engine.put(("toypkg.core", "target"), True)
+    assert core.target is True
+    assert engine.take(("toypkg.core", "target")) == ""
+    assert vars(core)["target"] is original
+    assert engine.take(("toypkg.core", "target")) == ""  # taken already: nothing to do
+
+
+def test_a_setting_replaced_by_somebody_else_is_left_to_them(toy, caplog):
+    import toypkg.core as core
+
+    engine = Engine()
+    original, mine, theirs = core.target, object(), object()
+    engine.put(("toypkg.core", "target"), mine)
+    core.target = theirs
+    note = engine.take(("toypkg.core", "target"))
+    assert core.target is theirs and "toypkg.core.target" in note and "another tool" in note
+    assert "another tool" in caplog.text
+    engine.put(("toypkg.core", "Thing.flag"), mine)
+    del core.Thing.flag
+    assert "left absent" in engine.take(("toypkg.core", "Thing.flag")) and "flag" not in vars(core.Thing)
+    assert original is not theirs
+
+
+def test_a_setting_is_refused_twice_and_where_its_owner_is_missing(toy):
+    import toypkg.core  # noqa: F401
+
+    engine = Engine()
+    engine.put(("toypkg.core", "value"), 1)
+    with pytest.raises(PatchError, match="set by tmpatch already"):
+        engine.put(("toypkg.core", "value"), 2)
+    assert toypkg.core.value == 1
+    with pytest.raises(PatchError, match="not imported"):
+        engine.put(("toypkg.nowhere", "value"), 1)
+    with pytest.raises(PatchError, match="Nothing not found"):
+        engine.put(("toypkg.core", "Nothing.value"), 1)
+    assert engine.take(("toypkg.core", "value")) == "" and not hasattr(toypkg.core, "value")

@@ -669,3 +669,52 @@ def test_with_inductor_integer_states_are_bit_for_bit_and_float_states_close():
                 torch.testing.assert_close(got, want)
             else:
                 assert_bitwise(got, want)
+
+
+def test_revert_folds_while_the_descriptor_is_still_there(monkeypatch):
+    """``after_revert`` folds the pending tallies before the engine takes the descriptor away
+    (a read in between would otherwise miss the compiled updates' count)."""
+    from torchmetrics import Metric
+
+    from tmpatch.patches import compiled_update
+    from tmpatch.runtime.compiled import pending
+
+    seen = []
+    fold = compiled_update.fold
+
+    def watched() -> None:
+        seen.append(vars(Metric).get("_update_count") is compiled_update._SLOT)
+        fold()
+
+    monkeypatch.setattr(compiled_update, "fold", watched)
+    metric, _ = _compiled_accuracy(2)
+    assert pending.counts
+    tmpatch.revert(["compiled_update"])  # alone: another patch's revert may read the count first
+    assert seen == [True] and "_update_count" not in vars(Metric)
+    assert metric.__dict__["_update_count"] == 2
+
+
+def test_what_another_tool_put_in_place_of_the_descriptor_or_the_flag_is_left_and_said():
+    import sys
+
+    from torchmetrics import Metric
+
+    data = sys.modules["torchmetrics.utilities.data"]
+    release = vars(data).get("_XLA_AVAILABLE")
+    lazy = release is not None and not isinstance(release, bool)  # a RequirementCache the patch replaces
+    theirs = property(lambda self: 0)
+    assert tmpatch.apply(["compiled_update"])["compiled_update"].state == "applied"
+    Metric._update_count = theirs
+    if lazy:
+        data._XLA_AVAILABLE = not data._XLA_AVAILABLE
+    try:
+        row = tmpatch.revert()["compiled_update"]
+        assert "torchmetrics.metric.Metric._update_count was set again by another tool" in row.reason, row
+        assert vars(Metric)["_update_count"] is theirs
+        if lazy:
+            assert "torchmetrics.utilities.data._XLA_AVAILABLE was set again" in row.reason, row
+            assert data._XLA_AVAILABLE is not release
+    finally:
+        del Metric._update_count
+        if lazy:
+            data._XLA_AVAILABLE = release

@@ -18,7 +18,7 @@ from tmpatch.engine import cache
 from tmpatch.runtime import compiled
 from tmpatch.control import gating, selection, settings
 from tmpatch.engine.core import Engine
-from tmpatch.spec import Patch, Recognised, Requirement, Target, Variant
+from tmpatch.spec import LEAVE, Patch, Recognised, Requirement, Setting, Target, Variant
 from tmpatch.control.report import PatchStatus, Report, State
 from tmpatch.runtime import wrappers
 from tmpatch.runtime.policies import current as current_policies
@@ -50,7 +50,7 @@ def _scope(target: Target) -> str:
     return target.module.split(".")[0]
 
 
-def _key(target: Union[Target, Requirement]) -> Tuple[str, str]:
+def _key(target: Union[Target, Requirement, Setting]) -> Tuple[str, str]:
     return (target.module, target.qualname)
 
 
@@ -61,6 +61,10 @@ def _is_applied(name: str) -> bool:
 # -- installing ----------------------------------------------------------------
 def _here(patch: Patch) -> List[Target]:
     return gating.here(patch, catalogue.release())
+
+
+def _modules(patch: Patch) -> List[str]:
+    return gating.modules(patch, catalogue.release())
 
 
 def _original(target: Union[Target, Requirement]) -> Any:
@@ -145,6 +149,10 @@ def _withdraw(patch: Patch, dropped: Dict[str, str]) -> str:
         except Exception as exc:  # noqa: BLE001
             log.exception("tmpatch: %s: after_revert failed", patch.name)
             notes.append(f"after_revert failed ({type(exc).__name__}: {exc})")
+    for setting in patch.settings:  # after after_revert: its bookkeeping may still need them
+        residue = _engine.take(_key(setting))
+        if residue:
+            notes.append(residue)
     return "; ".join(notes) or "originals restored"
 
 
@@ -163,6 +171,7 @@ def _install(patch: Patch, sweep: bool) -> None:
     state, reason, found = _recognise(patch)
     if state == State.APPLIED:
         done: List[Target] = []
+        placed: List[Tuple[str, str]] = []
         try:
             told = gating.recognised(patch, found, _original)
             for target, variant in found:
@@ -170,8 +179,15 @@ def _install(patch: Patch, sweep: bool) -> None:
                     continue
                 _put(target, patch, variant, told, sweep)
                 done.append(target)
+            for setting in patch.settings:
+                value = setting.value(sys.modules[setting.module])
+                if value is not LEAVE:
+                    _engine.put(_key(setting), value)
+                    placed.append(_key(setting))
         except Exception as exc:  # noqa: BLE001 - a patch must never break the program
             dropped: Dict[str, str] = {}
+            for key in reversed(placed):
+                _engine.take(key)
             for target in done:
                 _take(target, patch, dropped)
             _drop(dropped)
@@ -215,7 +231,7 @@ def _on_import(module: types.ModuleType) -> None:
     with _engine.lock, _engine.batch(resume=importing):
         for name in [n for n in catalogue.NAMES if n in _pending]:
             patch = catalogue.load(name)
-            if all(_loaded(target.module, module) for target in _here(patch)):
+            if all(_loaded(module_name, module) for module_name in _modules(patch)):
                 _pending.discard(name)
                 try:
                     _install(patch, sweep=True)
@@ -228,15 +244,15 @@ def _on_import(module: types.ModuleType) -> None:
 
 def _arm(patch: Patch) -> None:
     _pending.add(patch.name)
-    for target in _here(patch):
-        if target.module not in sys.modules:
-            _engine.arm(target.module, _on_import)
+    for module_name in _modules(patch):
+        if module_name not in sys.modules:
+            _engine.arm(module_name, _on_import)
     if catalogue.HOST not in sys.modules:
         _engine.arm(catalogue.HOST, _on_import)  # the end of its import (see _host_importing)
 
 
 def _disarm_unused() -> None:
-    needed = {t.module for name in _pending for t in _here(catalogue.load(name))}
+    needed = {module_name for name in _pending for module_name in _modules(catalogue.load(name))}
     if _pending:
         needed.add(catalogue.HOST)
     if _pending or any(state == State.APPLIED for state, _ in _rows.values()):
@@ -281,13 +297,13 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
                     continue
                 patch = catalogue.load(name)
                 if gating.settled(patch, catalogue.release()) is not None or \
-                        all(target.module in sys.modules for target in _here(patch)):
+                        all(module_name in sys.modules for module_name in _modules(patch)):
                     _install(patch, sweep=True)
                 else:
                     _arm(patch)
                     reason = "armed: applies when torchmetrics is imported"
                     if catalogue.HOST in sys.modules:
-                        missing = next(t.module for t in _here(patch) if t.module not in sys.modules)
+                        missing = next(m for m in _modules(patch) if m not in sys.modules)
                         reason = f"armed: applies when {missing} is imported"
                     if not catalogue.installed():
                         reason = "torchmetrics is not installed; armed in case it is imported later"

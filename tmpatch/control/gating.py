@@ -28,6 +28,13 @@ def here(patch: Patch, release: Optional[str]) -> List[Target]:
     return [t for t in patch.targets if t.present is None or release is None or spec.contains(t.present, release)]
 
 
+def modules(patch: Patch, release: Optional[str]) -> List[str]:
+    """The modules that must be loaded before ``patch`` is applied on ``release``: those of
+    its targets there (:func:`here`) and of its settings, each once."""
+    names = [t.module for t in here(patch, release)] + [s.module for s in patch.settings]
+    return list(dict.fromkeys(names))
+
+
 def settled(patch: Patch, release: Optional[str]) -> Optional[Tuple[str, str]]:
     """The state and reason of ``patch`` on a ``release`` that leaves no code to look at: one
     outside ``known``, or one the patch declines (``Patch.declines``); None otherwise."""

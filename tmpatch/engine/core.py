@@ -13,6 +13,9 @@ qualname) and a replacement, and it
 * on removal puts the original back in each of those places (``is``-identical),
   and never unwraps a layer somebody else put on top of its own: that layer is
   left in place, turned into a pass-through, and the reason reported;
+* sets an attribute of a module or class (a *setting*: a value, not a function wrapped) and
+  on removal puts back exactly what was there (an absent attribute is deleted again), unless
+  somebody else has set it since: their object is left in place, and that is reported;
 * arms wrapt post-import hooks that run a callback when a module is imported,
   and disarms them; a callback's exception never reaches the importer;
 * survives ``os.fork()`` (DataLoader workers) while another thread holds ``lock``: the
@@ -31,12 +34,12 @@ import os
 import threading
 import types
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import wrapt
 
 from tmpatch.engine.layers import Key, Layer, Replacement, give, wrap
-from tmpatch.engine.references import PatchError, Place, _chain, _Index, find_references, resolve
+from tmpatch.engine.references import PatchError, Place, _chain, _Index, find_references, owner_of, resolve
 
 log = logging.getLogger("tmpatch")
 
@@ -45,6 +48,9 @@ log = logging.getLogger("tmpatch")
 FORK_WAIT_S = 2.0
 
 _engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+#: what a setting found where its attribute was absent (:meth:`Engine.put`)
+_ABSENT = object()
 
 
 def _before_fork() -> None:
@@ -90,6 +96,7 @@ class Engine:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self._layers: Dict[Key, Layer] = {}
+        self._settings: Dict[Key, Tuple[Any, Any]] = {}  # key -> (what was there, or _ABSENT; ours)
         self._hooks: Dict[str, Callable[[types.ModuleType], None]] = {}
         self._index: Optional[_Index] = None
         self._kept: Optional[_Index] = None
@@ -254,6 +261,49 @@ class Engine:
         for note in notes:
             log.warning("revert: %s", note)
         return layer.residue
+
+    # -- settings ---------------------------------------------------------
+    def put(self, key: Key, value: Any) -> None:
+        """Set the attribute at ``key`` (in its owner's own namespace: a module's or a class's)
+        to ``value``, keeping what was there, or that nothing was, for :meth:`take`. Raises
+        :class:`PatchError` when the owner is not found or tmpatch has set the attribute already."""
+        if key in self._settings:
+            raise PatchError(f"{key[0]}.{key[1]} is set by tmpatch already")
+        owner, attr = owner_of(*key)
+        before = vars(owner).get(attr, _ABSENT)
+        setattr(owner, attr, value)
+        self._settings[key] = (before, value)
+
+    def take(self, key: Key) -> str:
+        """Put back what :meth:`put` found at ``key``: the object that was there, or no attribute
+        where there was none. Never raises: an attribute that holds another object than the one
+        put (set by somebody else since) is left as it is, and the returned text says so."""
+        entry = self._settings.pop(key, None)
+        if entry is None:
+            return ""
+        before, ours = entry
+        path = f"{key[0]}.{key[1]}"
+        try:
+            owner, attr = owner_of(*key)
+            current = vars(owner).get(attr, _ABSENT)
+            if current is _ABSENT:
+                note = f"{path} was deleted by another tool after tmpatch: it is left absent"
+            elif current is not ours:
+                note = f"{path} was set again by another tool after tmpatch: its value is left there"
+            elif before is _ABSENT:
+                delattr(owner, attr)
+                return ""
+            else:
+                setattr(owner, attr, before)
+                return ""
+        except Exception as exc:  # noqa: BLE001 - an owner gone or one that refuses: nothing more to do
+            note = f"{path} could not be put back ({type(exc).__name__}: {exc})"
+        log.warning("revert: %s", note)
+        return note
+
+    def settings(self) -> List[Key]:
+        """The attributes set by :meth:`put` and not yet taken back."""
+        return list(self._settings)
 
     # -- post-import hooks ------------------------------------------------
     def arm(self, module_name: str, callback: Callable[[types.ModuleType], None]) -> None:

@@ -54,12 +54,9 @@ class Place:
         return f"{name}() default {self.slot}"
 
 
-def resolve(module_name: str, qualname: str) -> Tuple[Any, str, Any]:
-    """``(owner, attribute, value)`` for a loaded module's dotted ``qualname``.
-
-    The value is read from the owner's own ``__dict__`` (no descriptor
-    binding, no inherited attribute).
-    """
+def owner_of(module_name: str, qualname: str) -> Tuple[Any, str]:
+    """``(owner, attribute)`` for a loaded module's dotted ``qualname``: the module or class
+    whose own ``__dict__`` holds the attribute, or would (the attribute may be absent)."""
     module = sys.modules.get(module_name)
     if module is None:
         raise PatchError(f"module {module_name} is not imported")
@@ -69,7 +66,16 @@ def resolve(module_name: str, qualname: str) -> Tuple[Any, str, Any]:
         owner = vars(owner).get(part)
         if owner is None:
             raise PatchError(f"{module_name}.{qualname}: {part} not found")
-    attr = parts[-1]
+    return owner, parts[-1]
+
+
+def resolve(module_name: str, qualname: str) -> Tuple[Any, str, Any]:
+    """``(owner, attribute, value)`` for a loaded module's dotted ``qualname``.
+
+    The value is read from the owner's own ``__dict__`` (no descriptor
+    binding, no inherited attribute).
+    """
+    owner, attr = owner_of(module_name, qualname)
     if attr not in vars(owner):
         raise PatchError(f"{module_name}.{qualname} not found")
     return owner, attr, vars(owner)[attr]

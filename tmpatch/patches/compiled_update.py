@@ -71,7 +71,7 @@ from typing import Any, Callable, Dict, List, Optional
 from tmpatch.runtime import compiled
 from tmpatch.runtime import policies
 from tmpatch.runtime.compiled import compiling, pending
-from tmpatch.spec import Edit, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import LEAVE, Edit, Patch, Rewrite, Setting, Target, Variant, since, span
 
 log = logging.getLogger("tmpatch")
 
@@ -453,54 +453,40 @@ NORMALIZE = Rewrite(
 )
 
 
-#: ``(module, the release's RequirementCache, the bool put in its place)`` while applied
-_XLA: list = []
+def _count_slot(module: ModuleType) -> Any:
+    """``Metric._update_count`` while the patch is applied: the count's descriptor (the release
+    keeps the count on each instance only; a class attribute of that name is left alone)."""
+    return LEAVE if COUNT in vars(module.Metric) else _SLOT
+
+
+def _xla_answer(module: ModuleType) -> Any:
+    """``_XLA_AVAILABLE``'s lazy cache filled (one package lookup, as the first ``_bincount``
+    does): its answer, a bool, stands in ``torchmetrics.utilities.data`` in its place while the
+    patch is applied. The cache's ``__bool__`` is two Python calls on every ``_bincount`` (every
+    counting update), and a bool is what dynamo reads best."""
+    flag = vars(module).get("_XLA_AVAILABLE")
+    if flag is None or isinstance(flag, bool):
+        return LEAVE
+    try:
+        return bool(flag)
+    except Exception:  # noqa: BLE001 - the release's own lookup; it will run (and fail) as before
+        return LEAVE
 
 
 def _after_apply() -> None:
-    """Put the count descriptor on ``Metric`` and fill the XLA flag (:func:`_fill_xla`)."""
-    metric = sys.modules.get("torchmetrics.metric")
-    cls = getattr(metric, "Metric", None)
-    if cls is not None and COUNT not in vars(cls):
-        setattr(cls, COUNT, _SLOT)
+    """Count compiled updates on the device from now on (the descriptor is a setting)."""
     _live.on = True
     import torch
 
     _live.store_in_graph = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 6)
     compiled.when_dynamo(_bind_static)
-    _fill_xla()
-
-
-def _fill_xla() -> None:
-    """Fill ``_XLA_AVAILABLE``'s lazy cache (one package lookup, as the first ``_bincount`` does)
-    and put its answer, a bool, in ``torchmetrics.utilities.data`` in its place: the cache's
-    ``__bool__`` is two Python calls on every ``_bincount`` (every counting update), and a bool
-    is what dynamo reads best. ``revert()`` puts the release's object back."""
-    data = sys.modules.get("torchmetrics.utilities.data")
-    flag = getattr(data, "_XLA_AVAILABLE", None)
-    if flag is None or isinstance(flag, bool) or _XLA:
-        return
-    try:
-        answer = bool(flag)
-    except Exception:  # noqa: BLE001 - the release's own lookup; it will run (and fail) as before
-        return
-    data._XLA_AVAILABLE = answer  # type: ignore[union-attr]
-    _XLA.append((data, flag, answer))
 
 
 def _after_revert() -> None:
-    """Fold what compiled updates left pending, take the descriptor away, put the XLA flag back."""
+    """Fold what compiled updates left pending: the descriptor, a setting, goes after this."""
     _live.on = False
     if pending.counts:
         fold()
-    metric = sys.modules.get("torchmetrics.metric")
-    cls = getattr(metric, "Metric", None)
-    if cls is not None and vars(cls).get(COUNT) is _SLOT:
-        delattr(cls, COUNT)
-    while _XLA:
-        data, flag, answer = _XLA.pop()
-        if getattr(data, "_XLA_AVAILABLE", None) is answer:
-            data._XLA_AVAILABLE = flag
 
 
 PATCH = Patch(
@@ -513,6 +499,10 @@ PATCH = Patch(
             "on CUDA); a collection forms its compute groups at its first eager update",
     after_apply=_after_apply,
     after_revert=_after_revert,
+    settings=(
+        Setting("torchmetrics.metric", f"Metric.{COUNT}", _count_slot),
+        Setting("torchmetrics.utilities.data", "_XLA_AVAILABLE", _xla_answer),
+    ),
     targets=(
         Target(
             module="torchmetrics.metric",
