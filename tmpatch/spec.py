@@ -233,11 +233,11 @@ class Decline:
 
 @dataclass(frozen=True)
 class Requirement:
-    """Code outside the release that a repair relies on (torch's own, say): the function
-    ``module.qualname`` must have one of ``fingerprints``, else the patch is left alone as
-    not recognised. ``None`` among them: the function may be absent. Its code is looked at
-    underneath tmpatch's own layer, should another patch wrap it; which fingerprint was
-    found is what a :func:`told` builder is told."""
+    """Code outside the patch's targets that a repair relies on (torch's own, say, or another
+    function of the release): the function ``module.qualname`` must have one of
+    ``fingerprints``, else the patch is left alone as not recognised. ``None`` among them:
+    the function may be absent. Its code is looked at underneath tmpatch's own layer, should
+    another patch wrap it; which fingerprint was found is what a :func:`told` builder is told."""
 
     module: str
     qualname: str
