@@ -72,13 +72,6 @@ LAZY_IMPORTS = {
     ("tmpatch.audit.oracle.breaks", "graph_breaks", "tmpatch.audit.oracle.sim"): AUDIT_FLOOR,
     ("tmpatch.engine.fingerprint", "fingerprint", "tmpatch.engine.cache"): ALONE,
     ("tmpatch.patches", "release", "importlib.metadata"): METADATA,
-    ("tmpatch.patches.coalesced_sync", "_rules_for", "tmpatch.patches.coalesced_sync.plan"): UNDER_EDIT,
-    ("tmpatch.patches.coalesced_sync", "_build_sync_dist", "tmpatch.patches.coalesced_sync.flow"): UNDER_EDIT,
-    ("tmpatch.patches.coalesced_sync", "_build_collection_compute", "tmpatch.patches.coalesced_sync.flow"):
-        UNDER_EDIT,
-    ("tmpatch.patches.coalesced_sync.flow", "_release", "sys"): UNDER_EDIT,
-    ("tmpatch.patches.coalesced_sync.plan", "records_api", "tmpatch.runtime.deferred"): UNDER_EDIT,
-    ("tmpatch.spec", "Label.matches", "re"): UNDER_EDIT,
 }
 
 

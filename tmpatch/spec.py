@@ -9,6 +9,7 @@ imports torch, torchmetrics or wrapt. Release ranges are packaging's
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
@@ -302,8 +303,6 @@ class Label:
 
     def matches(self, point: Any) -> bool:
         """Whether ``point`` (a :class:`tmpatch.audit.SyncPoint`) is explained by this label."""
-        import re
-
         path = point.location.rsplit(":", 1)[0].replace("\\", "/")
         return (re.fullmatch(self.function, point.function) is not None
                 and re.fullmatch(self.op, point.op) is not None

@@ -34,6 +34,8 @@ import sys
 from types import ModuleType
 from typing import Any, Callable
 
+from tmpatch.patches.coalesced_sync import flow
+from tmpatch.patches.coalesced_sync.plan import Rules
 from tmpatch.runtime import wrappers
 from tmpatch.spec import Patch, Recognised, Requirement, Target, Variant, since, span, told
 
@@ -66,9 +68,7 @@ def _check_torch() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _rules_for(where: str, keeps_graph: bool, gather: Callable[..., Any]) -> Any:
-    from tmpatch.patches.coalesced_sync.plan import Rules
-
+def _rules_for(where: str, keeps_graph: bool, gather: Callable[..., Any]) -> Rules:
     _check_torch()
     metric_module = sys.modules["torchmetrics.metric"]
     if where == "never":
@@ -80,7 +80,7 @@ def _rules_for(where: str, keeps_graph: bool, gather: Callable[..., Any]) -> Any
     return Rules(cat=metric_module.dim_zero_cat, empty=empty, raw=gather, keeps_graph=keeps_graph)
 
 
-def _rules(recognised: Recognised) -> Any:
+def _rules(recognised: Recognised) -> Rules:
     """The rules of the loaded release, by what the gating recognised of its ``_sync_dist``
     and ``gather_all_tensors`` (the release's own function, underneath any tmpatch layer)."""
     distributed = sys.modules["torchmetrics.utilities.distributed"]
@@ -93,8 +93,6 @@ def _rules(recognised: Recognised) -> Any:
 def _build_sync_dist(module: ModuleType, recognised: Recognised) -> Callable[..., Any]:
     import torch
 
-    from tmpatch.patches.coalesced_sync import flow
-
     if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 5):
         # its byte buffer fails on torch 2.1 ("Invalid scalar type"): the release's sync stays
         raise RuntimeError(f"coalesced_sync needs torch 2.5 or later (this is {torch.__version__})")
@@ -105,8 +103,6 @@ def _build_sync_dist(module: ModuleType, recognised: Recognised) -> Callable[...
 
 @told
 def _build_collection_compute(module: ModuleType, recognised: Recognised) -> Callable[..., Any]:
-    from tmpatch.patches.coalesced_sync import flow
-
     rules = _rules(recognised)
     metric_module = sys.modules["torchmetrics.metric"]
     metric_class = metric_module.Metric

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -59,8 +60,6 @@ def _rank_in(group: Any) -> int:
 
 
 def _release() -> str:
-    import sys
-
     return str(getattr(sys.modules.get("torchmetrics"), "__version__", "?"))
 
 

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.runtime import wrappers
+from tmpatch.runtime import deferred, wrappers
 
 log = logging.getLogger("tmpatch")
 
@@ -171,6 +171,4 @@ class Replay:
 
 def records_api() -> Tuple[Optional[Callable[[Any], Dict[str, Any]]], Optional[Callable[[Any, Dict[str, Any]], None]]]:
     """``(local_records, set_synced)`` of :mod:`tmpatch.runtime.deferred` (None, None before it has them)."""
-    from tmpatch.runtime import deferred
-
     return getattr(deferred, "local_records", None), getattr(deferred, "set_synced", None)
