@@ -36,7 +36,6 @@ PYTEST_RUN = ("the pytest plugin loads in every pytest run: tmpatch's control la
 AUDIT_FLOOR = "tmpatch audit checks torch's version before it imports the simulation (below: it says why)"
 ALONE = "tmpatch/engine/fingerprint.py also runs as a file, without its package (tests, in other Pythons)"
 METADATA = "importlib.metadata costs about 10 ms: read when a release's version is asked"
-UNDER_EDIT = "in files another change edits now: to hoist after it"
 
 #: (module, function, module imported inside it) -> reason; torch, torchmetrics and other
 #: third-party imports are not listed (the design's rule for them: tests/control/test_api.py
