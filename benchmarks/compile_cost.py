@@ -99,15 +99,7 @@ def main(argv: List[str]) -> int:
         with torch.no_grad():
             metrics[1].update(model(batches[0][0]), batches[0][1])
 
-    def step(x: Any, y: Any) -> Any:
-        with torch.no_grad():
-            logits = model(x)
-            loss = torch.nn.functional.cross_entropy(logits, y)
-            if metrics:
-                metrics[0].update(loss)
-                for metric in metrics[1:]:
-                    metric.update(logits, y)
-        return loss
+    step = compile_step.make_step(model, metrics)
 
     run = torch.compile(step, fullgraph=True)
     for i in range(50):

@@ -43,7 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ("no metrics", "eager release", "eager patched", "compiled release", "compiled patched",
@@ -69,6 +69,24 @@ def _metrics(which: str, classes: int):
 
 
 # -- the child: one variant ---------------------------------------------------------------
+def make_step(model: Any, metrics: List[Any]) -> Callable[[Any, Any], Any]:
+    """The evaluation step: ``model``'s logits, their cross-entropy, the loss into ``metrics[0]``
+    and the logits into the others."""
+    import torch
+
+    def step(x: Any, y: Any) -> Any:
+        with torch.no_grad():
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits, y)
+            if metrics:
+                metrics[0].update(loss)
+                for metric in metrics[1:]:
+                    metric.update(logits, y)
+        return loss
+
+    return step
+
+
 def child(args: argparse.Namespace, variant: str) -> None:
     import warnings
 
@@ -103,16 +121,7 @@ def child(args: argparse.Namespace, variant: str) -> None:
             for metric in metrics[1:]:
                 metric.update(logits, batches[0][1])
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            logits = model(x)
-            loss = torch.nn.functional.cross_entropy(logits, y)
-            if metrics:
-                metrics[0].update(loss)
-                for metric in metrics[1:]:
-                    metric.update(logits, y)
-        return loss
-
+    step = make_step(model, metrics)
     if variant.startswith("eager"):
         run = step
     else:
