@@ -18,7 +18,7 @@ logits with a small MLP's forward first:
   confusion matrix (its compute groups formed by one eager update first), and MeanMetric.
 
 Variants, each in its own child process (tmpatch's layers are global): ``no metrics``
-(compiled), ``eager release`` and ``eager patched`` (the step not compiled), ``compiled
+(compiled) and ``eager no metrics`` (the step without updates), ``eager release`` and ``eager patched`` (the step not compiled), ``compiled
 release`` (``torch.compile(step)``, one eager update first: on torch 2.6+ a first compiled
 ``_bincount`` crashes on the release's lazy ``_XLA_AVAILABLE`` check otherwise), ``compiled
 patched`` (``fullgraph=True``, the default ``update_count`` policy), ``compiled outside``
@@ -29,6 +29,9 @@ Each child builds and compiles its step, warms up, then times blocks of ``--numb
 when the parent asks; the parent runs ``--rounds`` rounds, each round one block of every
 variant in rotating order, and reports per-round ratios to ``eager patched`` (median and
 interquartile range): sides a second apart see nearly the same load on a shared machine.
+The metrics' share: per round, compiled patched less compiled no metrics over eager patched
+less eager no metrics (what compiling does to the updates' own cost, with a model's share
+taken out).
 The clock is the thread's CPU time on the CPU (one torch thread), wall time with a
 synchronize on CUDA. Also per variant: the first step's time (compile), dynamo's
 graph-break count, the graphs compiled at the first step, and the frames compiled after it
@@ -46,7 +49,7 @@ import time
 from typing import Any, Callable, Dict, List, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = ("no metrics", "eager release", "eager patched", "compiled release", "compiled patched",
+VARIANTS = ("no metrics", "eager no metrics", "eager release", "eager patched", "compiled release", "compiled patched",
             "compiled outside", "eager patched again")
 BASE = "eager patched"
 
@@ -109,7 +112,7 @@ def child(args: argparse.Namespace, variant: str) -> None:
                                     torch.nn.Linear(128, args.classes)).to(device).eval()
     else:
         model = torch.nn.Identity()
-    metrics = [] if variant == "no metrics" else [m.to(device) for m in _metrics(args.set, args.classes)]
+    metrics = [] if variant.endswith("no metrics") else [m.to(device) for m in _metrics(args.set, args.classes)]
     features = args.features if args.model == "mlp" else args.classes
     batches = [(torch.randn(args.batch, features, device=device),
                 torch.randint(0, args.classes, (args.batch,), device=device)) for _ in range(8)]
@@ -195,6 +198,10 @@ def measure(args: argparse.Namespace, env: Dict[str, str]) -> List[str]:
         out.append(f"  {variant:<20} {statistics.median(times[variant]) / 1e3:8.1f}us   {_quartiles(ratios):<24} "
                    f"{float(compile_s):7.1f}s {'-' if eager else breaks:>6} {'-' if eager else graphs:>6} "
                    f"{'-' if eager else later[variant]:>10}  {'' if eager else reasons.strip()}")
+    shares = [(c - n) / (e - m) for c, n, e, m in zip(times["compiled patched"], times["no metrics"], base,
+                                                      times["eager no metrics"])]
+    out.append(f"  metrics' share, compiled patched over eager patched (each less its step without metrics): "
+               f"{_quartiles(shares)}")
     out.append(f"  (recompiled: frames compiled after the first step, over {steps} later steps)")
     return out
 
