@@ -242,6 +242,49 @@ def test_a_thousand_compiled_steps_recompile_nothing_and_count_every_update():
             assert_bitwise(value, getattr(want, key))
 
 
+
+def test_epochs_of_compiled_steps_with_compute_and_reset_between_recompile_nothing():
+    """A training loop's epochs: compiled steps, then ``compute()`` and ``reset()`` of a collection
+    (its states copied for the compute, then replaced by fresh tensors) and of plain metrics; the
+    next epoch's steps run the same graph, and every epoch's results are the eager ones."""
+    from torchmetrics import MetricCollection
+
+    tmpatch.apply()
+
+    def make() -> List[Any]:
+        return [_build("MeanMetric")[0], MetricCollection([_build(name)[0] for name in COLLECTED]),
+                _build("MulticlassConfusionMatrix")[0]]
+
+    metrics, eager = make(), make()
+    batches = [_inputs("multiclass", i) for i in range(4)]
+    metrics[1].update(*batches[0])  # its compute groups
+    eager[1].update(*batches[0])
+
+    def step(held: List[Any], preds: torch.Tensor, target: torch.Tensor) -> None:
+        held[0].update(preds.sum(1))
+        for metric in held[1:]:
+            metric.update(preds, target)
+
+    dynamo.reset()
+    counters.clear()
+    fn = torch.compile(lambda p, t: step(metrics, p, t), backend="eager", fullgraph=True)
+    fn(*batches[1])
+    step(eager, *batches[1])
+    with dynamo.config.patch(error_on_recompile=True):
+        for epoch in range(3):
+            for batch in batches[epoch % 2:]:
+                fn(*batch)
+                step(eager, *batch)
+            for metric, want in zip(metrics, eager):
+                got, expected = metric.compute(), want.compute()
+                for key in expected if isinstance(expected, dict) else [None]:
+                    assert_bitwise(got[key] if key else got, expected[key] if key else expected)
+                if epoch != 1:  # and once, a compute without a reset
+                    metric.reset()
+                    want.reset()
+    assert not counters["graph_break"]
+
+
 # -- the update count ------------------------------------------------------------------------
 def _compiled_accuracy(steps: int = 3) -> Tuple[Any, Callable[[], None]]:
     tmpatch.apply()
