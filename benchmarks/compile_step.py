@@ -18,12 +18,13 @@ logits with a small MLP's forward first:
   confusion matrix (its compute groups formed by one eager update first), and MeanMetric.
 
 Variants, each in its own child process (tmpatch's layers are global): ``no metrics``
-(compiled) and ``eager no metrics`` (the step without updates), ``eager release`` and ``eager patched`` (the step not compiled), ``compiled
-release`` (``torch.compile(step)``, one eager update first: on torch 2.6+ a first compiled
-``_bincount`` crashes on the release's lazy ``_XLA_AVAILABLE`` check otherwise), ``compiled
-patched`` (``fullgraph=True``, the default ``update_count`` policy), ``compiled outside``
-(patched, ``update_count="outside"``: the former default, a graph break per update) and
-``eager patched again`` (the null row: the code of ``eager patched``).
+(compiled) and ``eager no metrics`` (the step without updates), ``eager release`` and
+``eager patched`` (the step not compiled), ``compiled release`` (``torch.compile(step)``,
+one eager update first: on torch 2.6+ a first compiled ``_bincount`` crashes on the
+release's lazy ``_XLA_AVAILABLE`` check otherwise), ``compiled patched``
+(``fullgraph=True``, the default ``update_count`` policy), ``compiled outside`` (patched,
+``update_count="outside"``: the former default, a graph break per update) and ``eager
+patched again`` (the null row: the code of ``eager patched``).
 
 Each child builds and compiles its step, warms up, then times blocks of ``--number`` steps
 when the parent asks; the parent runs ``--rounds`` rounds, each round one block of every
@@ -49,8 +50,8 @@ import time
 from typing import Any, Callable, Dict, List, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = ("no metrics", "eager no metrics", "eager release", "eager patched", "compiled release", "compiled patched",
-            "compiled outside", "eager patched again")
+VARIANTS = ("no metrics", "eager no metrics", "eager release", "eager patched", "compiled release",
+            "compiled patched", "compiled outside", "eager patched again")
 BASE = "eager patched"
 
 
