@@ -82,8 +82,6 @@ class Settings:
                 continue
             unknown = [name for name in names if name not in valid]
             if unknown:
-                from tmpatch.control.selection import unknown_names
-
                 kept = tuple(name for name in names if name not in unknown)
                 self.options[option] = kept
                 setting = registry.BY_NAME[option]
@@ -92,7 +90,7 @@ class Settings:
                 else:
                     rest = "no patch is applied" if option == "patches" else "nothing is excluded"
                 found.append(Problem(
-                    f"{setting.variable}: {unknown_names(unknown, valid)} ignored ({rest}); "
+                    f"{setting.variable}: {registry.unknown_names(unknown, valid)} ignored ({rest}); "
                     f"valid names: {', '.join(valid)}", setting.variable))
         self.problems.extend(found)
         return found

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from tmpatch import patches, spec
-from tmpatch.control.selection import unknown_names
+from tmpatch.control.settings import unknown_names
 
 #: the width the table fits by default
 WIDTH = 120

@@ -41,15 +41,6 @@ def _shown(value: object) -> str:
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
-def unknown_names(unknown: Sequence[str], valid: Sequence[str]) -> str:
-    """``unknown patch name(s) 'safe_divid' (did you mean 'safe_divide'?), 'x'``."""
-    shown = []
-    for name in unknown:
-        close = settings.closest(name, valid, cutoff=0.75)
-        shown.append(f"{name!r} (did you mean {close!r}?)" if close else repr(name))
-    return f"unknown patch name(s) {', '.join(shown)}"
-
-
 def names(value: Any, argument: str, valid: Optional[Sequence[str]] = None) -> Optional[Tuple[str, ...]]:
     """``value`` as a tuple of known patch names (``None`` stays ``None``: all).
 
@@ -80,7 +71,7 @@ def names(value: Any, argument: str, valid: Optional[Sequence[str]] = None) -> O
             raise TypeError(f"{argument} must hold patch names (str); got {_shown(wrong[0])}")
     unknown = [name for name in dict.fromkeys(items) if name not in valid]
     if unknown:
-        raise ValueError(f"{argument}: {unknown_names(unknown, valid)}; valid names: {', '.join(valid)}")
+        raise ValueError(f"{argument}: {settings.unknown_names(unknown, valid)}; valid names: {', '.join(valid)}")
     return tuple(dict.fromkeys(items))
 
 

@@ -172,6 +172,15 @@ def closest(name: str, choices, cutoff: float):
     return close[0] if close else None
 
 
+def unknown_names(unknown: "list[str] | tuple[str, ...]", valid: "list[str] | tuple[str, ...]") -> str:
+    """``unknown patch name(s) 'safe_divid' (did you mean 'safe_divide'?), 'x'``."""
+    shown = []
+    for name in unknown:
+        close = closest(name, valid, cutoff=0.75)
+        shown.append(f"{name!r} (did you mean {close!r}?)" if close else repr(name))
+    return f"unknown patch name(s) {', '.join(shown)}"
+
+
 def variables() -> tuple:
     """Every variable tmpatch reads, in table order."""
     return tuple(setting.variable for setting in SETTINGS)
