@@ -48,11 +48,34 @@ def test_the_plan_runs_every_supported_torch_with_releases_of_the_matrix():
     from tmpatch.audit.support import MIN_TORCH, TESTED_TORCH
 
     matrix = _matrix_module()
-    assert matrix.PLAN[matrix.CURRENT] == matrix.RELEASES  # the newest torch: every release
-    older = [t for t in matrix.PLAN if t != matrix.CURRENT]
-    assert sorted(older + ["2.13.0"]) == sorted(TESTED_TORCH)
-    assert any(t.startswith(MIN_TORCH + ".") for t in older)
-    assert all(set(matrix.PLAN[t]) <= set(matrix.RELEASES) for t in older)
+    planned = {t: set(releases) for t, releases in matrix.PLAN.items()}
+    assert set().union(*planned.values()) == set(matrix.RELEASES)  # every release runs somewhere
+    assert all(releases <= set(matrix.RELEASES) for releases in planned.values())
+    others = [t for t in matrix.PLAN if t != matrix.CURRENT]
+    assert sorted(others + ["2.13.0"]) == sorted(TESTED_TORCH)
+    assert any(t.startswith(MIN_TORCH + ".") for t in others)
+    # the anchors run the whole suite on the newest torches (FULL), each of them on one at least
+    newest = [t for t in matrix.FULL if t != matrix.CURRENT]
+    assert newest and all(any(a in planned[t] for t in newest) for a in matrix.ANCHORS)
+    assert matrix.PLAN[matrix.CURRENT][0] == matrix.RELEASES[0]  # the ``once`` tests run with the CPU build
+    # each torch's Python is one it has wheels for: the newest on the newest Python, another on 3.12
+    assert matrix.PYTHONS.get("2.15.0") == "3.13" and "3.12" in matrix.PYTHONS.values()
+
+
+def test_a_venv_is_made_with_its_own_constraints_and_python(monkeypatch, tmp_path):
+    """A venv's pip reads a constraints file of the run's own (the torch asked for, whatever cap the
+    machine's pip configuration sets), and is made with the Python of :data:`PYTHONS`."""
+    matrix = _matrix_module()
+    calls = []
+    monkeypatch.setattr(matrix, "base_python", lambda version: "/py/" + version)
+    monkeypatch.setattr(matrix.subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw.get("env"))))
+    python = str(tmp_path / "torch-9.9.9" / "bin" / "python")
+    matrix._fill_venv("9.9.9", python, str(tmp_path / "done"))
+    (make, _), (install, env) = calls
+    assert make[0] == "/py/9.9.9" and make[-1] == str(tmp_path / "torch-9.9.9")
+    assert "torch==9.9.9" in install
+    with open(env["PIP_CONSTRAINT"]) as handle:
+        assert handle.read().split() == ["torch==9.9.9"]
 
 
 def test_venv_requirements_come_from_setup_cfg():

@@ -34,6 +34,7 @@ import configparser
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,10 +63,16 @@ RELEASES = (
 ANCHORS = ("0.11.4", "1.0.0", "1.0.3", "1.4.0", "1.6.1", "1.9.0")
 BETWEEN = "0.1"
 
-#: what CI runs: the newest torch (this interpreter's: 2.13.0, a CPU-only build) with every
-#: release; each older torch (CUDA builds, no GPU) with the releases its users would have
+#: what CI runs. The newest torch builds, CUDA builds on this GPU-less machine as many users run
+#: them, carry the anchors with the whole suite (FULL): 2.15.0 on Python 3.13, 2.14.1 (on this
+#: machine's disk, Python 3.11). torch 2.13.0, a CPU-only build and this interpreter's, runs every
+#: other release (the tests of what changed there, :func:`selected_tests`) and, first, 1.0.0 whole
+#: (the ``once`` tests). Each older torch (CUDA builds) runs the torch-dependent tests (TORCH_TESTS)
+#: with the releases its users would have
 PLAN: Dict[str, Tuple[str, ...]] = {
-    CURRENT: RELEASES,
+    CURRENT: tuple(r for r in RELEASES if r not in ANCHORS or r == RELEASES[0]),
+    "2.15.0": ("1.9.0", "1.6.1", "1.4.0"),
+    "2.14.1": ("1.0.0", "1.0.3", "0.11.4"),
     "2.5.1": ("1.6.1", "1.5.2"),  # autumn 2024; 1.6.1 + 2.5.1: the best-known report of metric syncs
     # winter 2023: the oldest torch the audit supports (tmpatch.audit.support.MIN_TORCH); 0.11.4: the pin of
     # Lightning 1.9/2.0 projects, the last release before the 1.0 API change
@@ -74,6 +81,12 @@ PLAN: Dict[str, Tuple[str, ...]] = {
     # are not collected there, and a test that reaches the audit is skipped with its message)
     "2.0.1": ("0.11.4",),
 }
+
+#: the torches whose anchors run the whole suite in CI (:data:`PLAN`); the others run TORCH_TESTS
+FULL: Tuple[str, ...] = (CURRENT, "2.15.0", "2.14.1")
+
+#: the Python of each torch's venv (``python3.X`` on the PATH, or pyenv's); unlisted: this interpreter's
+PYTHONS: Dict[str, str] = {"2.15.0": "3.13", "2.5.1": "3.12"}
 
 #: tests a release outside ANCHORS runs whatever changed there: they cross every patch (apply and
 #: revert of the whole catalogue, deferred reports, kernel counts of the audit panel) or choose
@@ -220,11 +233,35 @@ def make_venv(torch_version: str) -> str:
     return python
 
 
+def base_python(torch_version: str) -> str:
+    """The interpreter a venv for ``torch_version`` is made with (:data:`PYTHONS`): ``python3.X`` on
+    the PATH, else pyenv's newest 3.X; this interpreter where none is listed."""
+    wanted = PYTHONS.get(torch_version)
+    if wanted is None:
+        return sys.executable
+    pyenv = os.path.join(os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv")), "versions")
+    found = sorted((v for v in (os.listdir(pyenv) if os.path.isdir(pyenv) else ()) if v.startswith(wanted + ".")),
+                   key=lambda v: Version(v) if re.fullmatch(r"[0-9.]+", v) else Version("0"))
+    candidates = [os.path.join(pyenv, v, "bin", "python" + wanted) for v in reversed(found)]
+    candidates.append(shutil.which("python" + wanted) or "")
+    for candidate in candidates:
+        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    raise RuntimeError(f"torch {torch_version} runs on Python {wanted}, and no python{wanted} was found")
+
+
 def _fill_venv(torch_version: str, python: str, done: str) -> None:
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", "--clear", os.path.dirname(os.path.dirname(python))], check=True)
+    folder = os.path.dirname(os.path.dirname(python))
+    subprocess.run([base_python(torch_version), "-m", "venv", "--clear", folder], check=True)
+    # a constraints file of the run's own: it pins the torch asked for, and replaces the machine's pip
+    # configuration, which may cap torch below it (the pip of the venv still reads that file otherwise)
+    constraints = folder + ".constraints"
+    with open(constraints, "w") as out:
+        out.write(f"torch=={torch_version}\n")
+    env = dict(os.environ, PIP_CONSTRAINT=constraints)
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    f"torch=={torch_version}", *requirements(torch_version)], check=True,
+                    f"torch=={torch_version}", *requirements(torch_version)], check=True, env=env,
                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     open(done, "w").close()
     sys.stdout.write(f"torch {torch_version}: venv made in {time.monotonic() - start:.0f}s\n")
@@ -315,7 +352,7 @@ def main(argv: List[str]) -> int:
         except Exception as exc:  # noqa: BLE001 - no venv: every run of that torch fails
             code, seconds, output = 1, 0.0, f"cannot make the venv for torch {torch_version}: {exc}"
         else:
-            paths = list(TORCH_TESTS) if args.plan and torch_version != CURRENT else []
+            paths = list(TORCH_TESTS) if args.plan and torch_version not in FULL else []
             first = release == plan[torch_version][0]
             if not (paths or first or args.full or release in ANCHORS or _names_paths(args.pytest_args)):
                 paths = selected_tests(release, RELEASES)

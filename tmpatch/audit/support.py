@@ -4,7 +4,7 @@ The simulated CUDA of :mod:`tmpatch.audit` rests on torch's fake tensors
 (``FakeTensorMode``) and its dispatch and function modes; torch 2.1 is the oldest
 release whose fake tensors can run a whole torchmetrics update (with the adaptations of
 :mod:`tmpatch.audit.oracle.guard` and :mod:`tmpatch.audit.oracle.continuation`). The test matrix runs
-2.0.1 (the patches alone: the audit says it needs 2.1), 2.1.2, 2.5.1 and 2.13.0. Nothing
+2.0.1 (the patches alone: the audit says it needs 2.1), 2.1.2, 2.5.1, 2.13.0, 2.14.1 and 2.15.0. Nothing
 here imports more than ``torch``'s version.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ from packaging.version import InvalidVersion, Version
 
 #: the oldest torch the audit serves
 MIN_TORCH = "2.1"
-#: the torch releases the test matrix runs (CPU-only build for the newest, CUDA builds without a GPU for the others)
-TESTED_TORCH = ("2.0.1", "2.1.2", "2.5.1", "2.13.0")
+#: the torch releases the test matrix runs (2.13.0: a CPU-only build; the others: CUDA builds without a GPU)
+TESTED_TORCH = ("2.0.1", "2.1.2", "2.5.1", "2.13.0", "2.14.1", "2.15.0")
 
 
 def torch_version() -> str:
