@@ -107,11 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
             "row per patch: patch, state, release, target, reason (a table that fits 120 columns: long "
             "targets are clipped). With -v (--wide), each patch whole: every target, the defect, the upstream "
             "issue, what changes for the user, the releases it was written for, and the policies in effect.",
-            "states: applied; not-needed (this release has the upstream fix); mismatch (code not recognised, "
+            "states: applied; partial (applied to the targets whose code is recognised; the reason names those "
+            "left alone); not-needed (this release has the upstream fix); mismatch (code not recognised, "
             "left alone); unsupported (release outside the patch's range); excluded; failed.",
         ),
         epilog=_fill("exit status: 0 every requested patch is applied or not needed; 1 one could not be "
-                     "applied (mismatch, unsupported, failed) or torchmetrics cannot be imported; 2 usage error."),
+                     "applied whole (partial, mismatch, unsupported, failed) or torchmetrics cannot be imported; "
+                     "2 usage error."),
     )
     _add_selection(status)
     status.add_argument("--json", action="store_true", help="print the rows as a JSON list")

@@ -55,7 +55,8 @@ def _key(target: Union[Target, Requirement, Setting]) -> Tuple[str, str]:
 
 
 def _is_applied(name: str) -> bool:
-    return _rows.get(name, (State.OFF, ""))[0] == State.APPLIED
+    """Whether ``name``'s code is in place (applied, or partial: to the targets recognised)."""
+    return _rows.get(name, (State.OFF, ""))[0] in State.IN_PLACE
 
 
 # -- installing ----------------------------------------------------------------
@@ -169,7 +170,7 @@ def _drop(dropped: Dict[str, str]) -> None:
 
 def _install(patch: Patch, sweep: bool) -> None:
     state, reason, found = _recognise(patch)
-    if state == State.APPLIED:
+    if state in State.IN_PLACE:
         done: List[Target] = []
         placed: List[Tuple[str, str]] = []
         try:
@@ -192,9 +193,9 @@ def _install(patch: Patch, sweep: bool) -> None:
                 _take(target, patch, dropped)
             _drop(dropped)
             state, reason = State.FAILED, f"{type(exc).__name__}: {exc}; original left in place"
-    if state == State.APPLIED:
+    if state in State.IN_PLACE:
         compiled.prepare(_engine.arm)  # what the patches' compiled paths need of torch (once; cheap after)
-    if state == State.APPLIED and patch.after_apply is not None:
+    if state in State.IN_PLACE and patch.after_apply is not None:
         patch.after_apply()
     if state == State.APPLIED:
         log.info("tmpatch: %s applied (%s)", patch.name, reason)
@@ -255,7 +256,7 @@ def _disarm_unused() -> None:
     needed = {module_name for name in _pending for module_name in _modules(catalogue.load(name))}
     if _pending:
         needed.add(catalogue.HOST)
-    if _pending or any(state == State.APPLIED for state, _ in _rows.values()):
+    if _pending or any(state in State.IN_PLACE for state, _ in _rows.values()):
         needed.add(compiled.DYNAMO)  # the patches still applied need torch.compile's pieces bound on its import
     for module_name in _engine.armed():
         if module_name not in needed:

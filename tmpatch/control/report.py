@@ -24,6 +24,7 @@ class State:
     OFF = "off"  # never applied in this process
     PENDING = "pending"  # armed: a target's module is not imported yet; the patch is gated when it is
     APPLIED = "applied"
+    PARTIAL = "partial"  # applied to the targets whose code is recognised; the reason names those left alone
     NOT_NEEDED = "not-needed"  # this release carries the upstream fix
     UNSUPPORTED = "unsupported"  # release outside the range the patch knows
     MISMATCH = "mismatch"  # the target's code is not one tmpatch recognises
@@ -31,12 +32,14 @@ class State:
     FAILED = "failed"
     REVERTED = "reverted"
 
-    #: states in which a requested patch did not do its job
-    PROBLEMS = (UNSUPPORTED, MISMATCH, FAILED)
+    #: states in which a requested patch did not do its whole job
+    PROBLEMS = (PARTIAL, UNSUPPORTED, MISMATCH, FAILED)
+    #: states in which tmpatch's code is in place
+    IN_PLACE = (APPLIED, PARTIAL)
     #: states in which tmpatch's code is (or will be, on import) in place
-    ACTIVE = (APPLIED, PENDING)
+    ACTIVE = (APPLIED, PARTIAL, PENDING)
     #: the order :func:`grouped` lists the states in
-    ORDER = (APPLIED, PENDING, NOT_NEEDED, UNSUPPORTED, MISMATCH, FAILED, EXCLUDED, REVERTED, OFF)
+    ORDER = (APPLIED, PARTIAL, PENDING, NOT_NEEDED, UNSUPPORTED, MISMATCH, FAILED, EXCLUDED, REVERTED, OFF)
     #: what ``pending`` means, where the word alone could be read as "not applied"
     PENDING_MEANS = "until their modules are imported"
 
