@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     for setting in settings.SETTINGS:
         if setting.kind == settings.FLAG:
             run.add_argument(_option(setting), action="store_true", help=setting.doc)
+        elif setting.kind == settings.FLAG_OR_NAMES:
+            run.add_argument(_option(setting), nargs="?", const=True, default=None, metavar="NAMES",
+                             help=f"{setting.doc} (NAMES: only those patches, comma-separated)")
         elif setting.kind == settings.CHOICE:
             run.add_argument(_option(setting), choices=setting.choices, help=setting.doc)
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]", help="the command to run")
@@ -216,6 +219,9 @@ def _run(args: argparse.Namespace) -> int:
     for setting in settings.SETTINGS:
         if setting.kind == settings.FLAG:
             options[setting.name] = True if getattr(args, setting.name) else None
+        elif setting.kind == settings.FLAG_OR_NAMES:
+            value = getattr(args, setting.name)
+            options[setting.name] = value if value is None or value is True else _names(value, _option(setting))
         elif setting.kind == settings.CHOICE:
             options[setting.name] = getattr(args, setting.name)
     environ = run_environ(options=options)

@@ -618,15 +618,22 @@ def test_a_changed_target_costs_its_own_repair_only(tmp_path):
 
         before = syncs()
         release = ssim._ssim_update
-        report = tmpatch.apply(["image_constants", "retrieval_check"])
+        report = tmpatch.apply(["image_constants", "retrieval_check", "safe_divide"], strict=["safe_divide"])
         row, marks = report["image_constants"], report["retrieval_check"]
+        try:
+            tmpatch.apply(["image_constants", "safe_divide"], strict="image_constants")
+            strict = ""
+        except tmpatch.TmpatchError as exc:
+            strict = str(exc)
         print(json.dumps({"state": row.state, "reason": row.reason, "before": before, "after": syncs(),
-                          "marks": [marks.state, marks.reason],
+                          "marks": [marks.state, marks.reason], "strict": strict,
                           "ssim_left": ssim._ssim_update is release and not tmpatch.is_patched(release)}))
     """, env=_child_path(folder))
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (found["state"], found["before"], found["after"], found["ssim_left"]) == ("partial", 1, 0, True), found
     assert "left alone: torchmetrics.functional.image.ssim._ssim_update (code not recognised" in found["reason"]
+    assert found["strict"].startswith("tmpatch: could not apply image_constants (partial: ") and \
+        "torchmetrics.functional.image.ssim._ssim_update (code not recognised" in found["strict"], found["strict"]
     state, reason = found["marks"]  # the updates that mark for the check are left alone with it, and said so
     assert state == "mismatch" and reason.startswith(
         "torchmetrics.utilities.checks._check_retrieval_target_and_prediction_types (code not recognised"), reason

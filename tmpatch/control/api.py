@@ -264,14 +264,17 @@ def _disarm_unused() -> None:
 
 
 # -- public API ---------------------------------------------------------------
-def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False, **policies: str) -> Report:
+def apply(patches: Names = None, *, exclude: Names = None, strict: Union[bool, Names] = False,
+          **policies: str) -> Report:
     """Apply tmpatch's patches (all, or the ``patches`` named, less ``exclude``).
 
     Idempotent and thread-safe: applying twice leaves one layer. Before
     torchmetrics is imported nothing is imported: the patches arm post-import
-    hooks and take effect on import. A patch whose target is not recognised is
-    left alone and its row says why; with ``strict=True`` that raises
-    :class:`TmpatchError` (the other patches stay applied). ``policies``:
+    hooks and take effect on import. A target whose code is not recognised is
+    left alone (with those declared to go with it) and its patch's row says
+    why; with ``strict=True`` a patch not applied whole raises
+    :class:`TmpatchError` naming the targets left alone (the other patches stay
+    applied); ``strict`` may also name the patches to be strict about. ``policies``:
     one keyword per run-time policy of :data:`tmpatch.control.settings.POLICIES`
     (``nan_check="eager"``, ``bincount="eager"`` ...). Every argument is
     checked before anything changes (``TypeError``/``ValueError`` naming the
@@ -279,12 +282,13 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
     """
     global _warned_missing
     selected, excluded, chosen_policies = selection.check_apply(patches, exclude, strict, policies)
+    strict_about = selection.strict_names(strict, selected)
     current_policies.update(chosen_policies)
     with _engine.lock:
         catalogue.forget_release()  # an upgrade since the last apply() is seen
         if not catalogue.installed():
             message = "tmpatch: torchmetrics is not installed; the patches are armed in case it is imported later"
-            if strict:
+            if strict_about:
                 raise TmpatchError(message)
             if not _warned_missing:
                 _warned_missing = True
@@ -311,10 +315,9 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
                     _rows[name] = (State.PENDING, reason)
         cache.flush()
         report = status()
-    if strict:
-        problems = report.problems(selected)
-        if problems:
-            raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
+    problems = report.problems(strict_about) if strict_about else []
+    if problems:
+        raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
     return report
 
 
