@@ -626,7 +626,8 @@ def test_a_changed_target_costs_its_own_repair_only(tmp_path):
         except tmpatch.TmpatchError as exc:
             strict = str(exc)
         print(json.dumps({"state": row.state, "reason": row.reason, "before": before, "after": syncs(),
-                          "marks": [marks.state, marks.reason], "strict": strict,
+                          "marks": [marks.state, marks.reason], "strict": strict, "release": report.release,
+                          "first": str(report).splitlines()[0],
                           "ssim_left": ssim._ssim_update is release and not tmpatch.is_patched(release)}))
     """, env=_child_path(folder))
     found = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -634,8 +635,14 @@ def test_a_changed_target_costs_its_own_repair_only(tmp_path):
     assert "left alone: torchmetrics.functional.image.ssim._ssim_update (code not recognised" in found["reason"]
     assert found["strict"].startswith("tmpatch: could not apply image_constants (partial: ") and \
         "torchmetrics.functional.image.ssim._ssim_update (code not recognised" in found["strict"], found["strict"]
+    release = torchmetrics.__version__  # status() says how far the code is the release's, in its first line
+    assert found["release"].startswith(f"{release} (code differs from the {release} wheel in 2 of ") and \
+        found["release"].endswith(" targets: torchmetrics.utilities.checks._check_retrieval_target_and_prediction_"
+                                  "types, torchmetrics.functional.image.ssim._ssim_update)"), found["release"]
+    assert found["first"] == f"torchmetrics {found['release']}"[:len(found["first"])]
     state, reason = found["marks"]  # the updates that mark for the check are left alone with it, and said so
     assert state == "mismatch" and reason.startswith(
         "torchmetrics.utilities.checks._check_retrieval_target_and_prediction_types (code not recognised"), reason
     assert ("torchmetrics.retrieval.base.RetrievalMetric.update, torchmetrics.retrieval.precision_recall_curve."
             "RetrievalPrecisionRecallCurve.update left alone with torchmetrics.utilities.checks.") in reason, reason
+

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 from tmpatch import patches as catalogue
 from tmpatch.engine import cache
 from tmpatch.runtime import compiled
-from tmpatch.control import gating, selection, settings
+from tmpatch.control import gating, likeness, selection, settings
 from tmpatch.engine.core import Engine
 from tmpatch.spec import LEAVE, Patch, Recognised, Requirement, Setting, Target, Variant
 from tmpatch.control.report import PatchStatus, Report, State
@@ -44,6 +44,8 @@ Held = Dict[str, Tuple[Variant, Optional[Callable[..., Any]]]]
 _held: Dict[Tuple[str, str], Held] = {}  # target key -> the patches that hold it
 _pending: Set[str] = set()
 _warned_missing = False
+#: the release the gating looked at, and the fingerprint it found at each target (tmpatch.control.likeness)
+_codes: Tuple[List[Optional[str]], Dict[str, Optional[str]]] = ([None], {})
 
 
 def _scope(target: Target) -> str:
@@ -74,7 +76,12 @@ def _original(target: Union[Target, Requirement]) -> Any:
 
 
 def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
-    return gating.recognise(patch, catalogue.release(), _original)
+    release = catalogue.release()
+    seen, codes = _codes
+    if seen[0] != release:  # another release since (an upgrade, a test's): what was found is not its
+        seen[0] = release
+        codes.clear()
+    return gating.recognise(patch, release, _original, codes)
 
 
 def _joined(key: Tuple[str, str], module: Any, holders: Held) -> Callable[..., Any]:
@@ -353,7 +360,8 @@ def revert(patches: Names = None) -> Report:
 def status() -> Report:
     """The report: one row per patch (name, target, state, reason, release)."""
     with _engine.lock:
-        release = catalogue.release() or "not installed"
+        found = catalogue.release()
+        release = found or "not installed"
         rows = []
         for name in catalogue.NAMES:
             patch = catalogue.load(name)
@@ -364,7 +372,8 @@ def status() -> Report:
                     reason = (f"{reason}; tmpatch's inactive wrapper is in {', '.join(back)} again (put back by "
                               "another tool after revert): it calls the original")
             rows.append(PatchStatus(name, patch.target_text, state, reason, release))
-        return Report(rows)
+        codes = _codes[1] if _codes[0][0] == found else {}
+        return Report(rows, likeness.describe(found, codes))
 
 
 def is_patched(obj: object) -> bool:

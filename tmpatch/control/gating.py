@@ -54,11 +54,16 @@ def declined(patch: Patch, release: Optional[str]) -> bool:
     return release is not None and any(spec.contains(d.releases, release) for d in patch.declines)
 
 
-def _variant(target: Target, original: Original) -> Tuple[Optional[Variant], str]:
-    """The variant of ``target`` whose code the release has, or None and why it is not recognised."""
+def _variant(target: Target, original: Original,
+             codes: Optional[Dict[str, Optional[str]]] = None) -> Tuple[Optional[Variant], str]:
+    """The variant of ``target`` whose code the release has, or None and why it is not recognised
+    (``codes[target.path]``: the fingerprint found, None where the release has no such function;
+    nothing where another tool's object hides it)."""
     try:
         obj = original(target)
     except PatchError as exc:  # its words without the path, which the row puts first
+        if codes is not None:
+            codes[target.path] = None
         why = str(exc)
         return None, why[len(target.path):].lstrip(": ") if why.startswith(target.path) else why
     if type(obj) is not types.FunctionType:  # a proxy passes isinstance; not this
@@ -67,6 +72,8 @@ def _variant(target: Target, original: Original) -> Tuple[Optional[Variant], str
         code = fingerprint(obj)
     except FingerprintError as exc:
         return None, str(exc)
+    if codes is not None:
+        codes[target.path] = code
     variant = target.variant_for(code)
     if variant is None:
         return None, f"code not recognised, fingerprint {code}"
@@ -113,7 +120,8 @@ def left_alone(problems: Dict[str, str], bonds: Dict[str, Tuple[str, str]]) -> s
     return "; ".join(parts)
 
 
-def recognise(patch: Patch, release: Optional[str], original: Original) -> Tuple[str, str, Found]:
+def recognise(patch: Patch, release: Optional[str], original: Original,
+              codes: Optional[Dict[str, Optional[str]]] = None) -> Tuple[str, str, Found]:
     """What to do with ``patch`` on ``release``: a state, its reason, and the variants
     found (empty unless the state is APPLIED, PARTIAL or NOT_NEEDED). ``original(target)``
     gives the release's function at a target or a requirement (raising :class:`PatchError`
@@ -121,14 +129,16 @@ def recognise(patch: Patch, release: Optional[str], original: Original) -> Tuple
 
     Each target is recognised on its own: where some are not (and those declared to go with
     them, ``Patch.together``) the others are repaired, and the state is PARTIAL, its reason
-    naming every target left alone and why (MISMATCH where nothing is left to repair)."""
+    naming every target left alone and why (MISMATCH where nothing is left to repair).
+    ``codes``, if given, gets the fingerprint found at each target looked at (None: no
+    function of the release there), for :mod:`tmpatch.control.likeness`."""
     done = settled(patch, release)
     if done is not None:
         return done[0], done[1], []
     found: Found = []
     problems: Dict[str, str] = {}  # path -> why its code is not recognised
     for target in here(patch, release):
-        variant, why = _variant(target, original)
+        variant, why = _variant(target, original, codes)
         if variant is None:
             problems[target.path] = why
         else:
