@@ -646,3 +646,24 @@ def test_a_changed_target_costs_its_own_repair_only(tmp_path):
     assert ("torchmetrics.retrieval.base.RetrievalMetric.update, torchmetrics.retrieval.precision_recall_curve."
             "RetrievalPrecisionRecallCurve.update left alone with torchmetrics.utilities.checks.") in reason, reason
 
+
+def test_a_pending_row_names_the_imports_that_apply_it():
+    """After ``import torchmetrics``, each pending row names the modules it waits for; importing exactly
+    those (in a fresh process each) applies it: the row says what is true."""
+    proc = run_python("""
+        import json, torchmetrics, tmpatch
+        print(json.dumps({r.name: r.reason for r in tmpatch.apply() if r.state == "pending"}))
+    """)
+    pending = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(pending) == set(lazily_imported_patches())
+    for name, reason in pending.items():
+        assert reason.startswith("armed: applies when ") and reason.endswith(" imported"), reason
+        named = reason[len("armed: applies when "):].rsplit(" ", 2)[0].replace(" and ", ", ").split(", ")
+        proc = run_python(f"""
+            import importlib, torchmetrics, tmpatch
+            tmpatch.apply()
+            for module in {named!r}:
+                importlib.import_module(module)
+            print(tmpatch.status()[{name!r}].state)
+        """)
+        assert proc.stdout.strip().splitlines()[-1] not in ("pending", "off"), (name, reason, proc.stdout)

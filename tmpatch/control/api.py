@@ -314,9 +314,10 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: Union[bool, N
                 else:
                     _arm(patch)
                     reason = "armed: applies when torchmetrics is imported"
-                    if catalogue.HOST in sys.modules:
-                        missing = next(m for m in _modules(patch) if m not in sys.modules)
-                        reason = f"armed: applies when {missing} is imported"
+                    if catalogue.HOST in sys.modules:  # every module it waits for: it applies when all are
+                        missing = [m for m in _modules(patch) if m not in sys.modules]
+                        names = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} and {missing[-1]}"
+                        reason = f"armed: applies when {names} {'is' if len(missing) == 1 else 'are'} imported"
                     if not catalogue.installed():
                         reason = "torchmetrics is not installed; armed in case it is imported later"
                     _rows[name] = (State.PENDING, reason)
