@@ -135,18 +135,27 @@ def recognise(patch: Patch, release: Optional[str], original: Original,
     done = settled(patch, release)
     if done is not None:
         return done[0], done[1], []
-    found: Found = []
-    problems: Dict[str, str] = {}  # path -> why its code is not recognised
-    for target in here(patch, release):
-        variant, why = _variant(target, original, codes)
-        if variant is None:
-            problems[target.path] = why
-        else:
-            found.append((target, variant))
-    for requirement in patch.relies_on if found else ():
+    looked = [(target, *_variant(target, original, codes)) for target in here(patch, release)]
+    problem = ""
+    for requirement in patch.relies_on if any(variant is not None for _, variant, _ in looked) else ():
         problem = _requirement(requirement, original)[1]
         if problem:
-            return State.MISMATCH, problem, []
+            break
+    return judge(patch, release, looked, problem)  # type: ignore[arg-type]
+
+
+#: what was found at one target: the target, the variant its code is (None: not recognised), and why not
+Looked = Tuple[Target, Optional[Variant], str]
+
+
+def judge(patch: Patch, release: Optional[str], looked: Sequence[Looked], problem: str = "") -> Tuple[str, str, Found]:
+    """:func:`recognise`'s answer from what was found at each of the patch's targets on ``release``
+    (``looked``) and the first of its requirements not met (``problem``, '' if none): also for
+    code read from a release's files rather than imported (``tools/new_release.py``)."""
+    if problem:
+        return State.MISMATCH, problem, []
+    found: Found = [(target, variant) for target, variant, _ in looked if variant is not None]
+    problems = {target.path: why for target, variant, why in looked if variant is None}  # not recognised
     if not found and not problems:
         return State.NOT_NEEDED, f"nothing to repair: {release} has none of its targets ({patch.upstream})", found
     if problems:
@@ -174,15 +183,21 @@ def _requirement(requirement: Requirement, original: Original) -> Tuple[Optional
         for part in requirement.qualname.split(".") if obj is not None else ():
             obj = getattr(obj, part, None)
     if obj is None:
-        return None, ("" if None in requirement.fingerprints else
-                      f"relies on {requirement.path}, which is absent; left alone")
+        return None, unmet(requirement, None)
     try:
         code = fingerprint(obj)
     except FingerprintError as exc:
         return None, f"relies on {requirement.path}: {exc}; left alone"
-    if code not in requirement.fingerprints:
-        return code, f"relies on {requirement.path}, whose code is not recognised (fingerprint {code}); left alone"
-    return code, ""
+    return code, unmet(requirement, code)
+
+
+def unmet(requirement: Requirement, code: Optional[str]) -> str:
+    """Why ``requirement`` is not met by the code found (its fingerprint; None: absent), '' if it is."""
+    if code in requirement.fingerprints:
+        return ""
+    if code is None:
+        return f"relies on {requirement.path}, which is absent; left alone"
+    return f"relies on {requirement.path}, whose code is not recognised (fingerprint {code}); left alone"
 
 
 def recognised(patch: Patch, found: Found, original: Original) -> Dict[str, Optional[str]]:

@@ -47,10 +47,26 @@ def expected(target: Target, release: str) -> Tuple[bool, Optional[str]]:
     the fingerprint of that code (None: the target is absent there)."""
     if target.present is not None and not spec.contains(target.present, release):
         return True, None
-    for variant in target.variants:
-        if spec.contains(variant.releases, release):
-            return True, variant.fingerprint
-    return False, None
+    holding = [variant for variant in target.variants if spec.contains(variant.releases, release)]
+    if not holding:
+        return False, None
+    # ranges may nest (1.0.0-1.9.0, but 1.2.1-1.4.0.post0 another): the narrowest one is the release's
+    narrowest = max(holding, key=lambda variant: _narrow(spec.bounds(variant.releases)))
+    return True, narrowest.fingerprint
+
+
+def _narrow(bounds: Tuple[Optional[Version], Optional[Version]]) -> Tuple[Version, Version]:
+    """A key by which a nested range sorts after the range around it: its first release later, or its last earlier."""
+    first, last = bounds
+    return (first or Version("0"), -_ordinal(last))
+
+
+def _ordinal(version: Optional[Version]) -> float:
+    """``version`` as a number that grows with it (None: unbounded, the largest)."""
+    if version is None:
+        return float("inf")
+    parts = (list(version.release) + [0, 0, 0])[:3]
+    return parts[0] * 1e6 + parts[1] * 1e3 + parts[2] + (0.5 if version.post is not None else 0.0)
 
 
 def wheel(release: Optional[str]) -> Tuple[Optional[str], bool]:
