@@ -56,3 +56,14 @@ def test_a_release_tmpatch_has_not_seen_is_compared_with_the_newest_wheel():
         f"2.0.0rc1 (a release tmpatch has not seen; code differs from the {NEWEST} wheel in 1 of {len(codes)} "
         "targets: torchmetrics.functional.image.ssim._ssim_update)")
     assert likeness.describe("main", codes) == "main (a version tmpatch cannot read)"
+
+
+def test_nested_ranges_give_the_narrowest_variant():
+    # compiled_update knows _compute_groups_create_state_ref as 1.0.0-1.9.0, but 1.2.1-1.4.0.post0 and 1.6.2 another
+    target = next(t for t in catalogue.load("compiled_update").targets
+                  if t.qualname == "MetricCollection._compute_groups_create_state_ref")
+    wide = next(v for v in target.variants if str(v.releases) == ">=1.0.0,<=1.9.0" or
+                str(v.releases) == "<=1.9.0,>=1.0.0").fingerprint
+    for release, narrow in (("1.4.0", True), ("1.6.2", True), ("1.5.0", False), ("1.9.0", False)):
+        fingerprint = likeness.expected(target, release)[1]
+        assert (fingerprint != wide) is narrow, release
