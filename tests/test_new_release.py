@@ -15,6 +15,7 @@ import pytest
 
 import tmpatch
 from tmpatch import patches as catalogue
+from tmpatch.control import likeness
 from tests.conftest import ROOT, edited_release
 
 TOOL = os.path.join(ROOT, "tools", "new_release.py")
@@ -88,7 +89,9 @@ def test_a_wheel_is_read_in_place(tmp_path):
                 out.write(os.path.join(base, name), os.path.relpath(os.path.join(base, name), folder))
     proc = _run(str(wheel), "--release", "9.9.9")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("torchmetrics 9.9.9 (a release tmpatch has not seen; code as in the ")
+    newest = str(likeness.newest())  # this release's code, taken for a release to come: compared with the newest
+    assert proc.stdout.startswith("torchmetrics 9.9.9 (a release tmpatch has not seen; code ")
+    assert f"compared with the {newest} wheel (the newest tmpatch knows)" in _unwrapped(proc.stdout)
     assert f"pip install --no-deps --target DIR {wheel}" in _unwrapped(proc.stdout)
 
 
