@@ -9,6 +9,7 @@ import pytest
 import tmpatch
 from tmpatch.audit import SyncKind, SyncPoint
 from tmpatch.audit.panel import rows as panel_rows, run as panel_module
+from tmpatch.control.report import State
 from tmpatch.audit.panel.run import INHERENT, PATCH, TOLERATED, UPSTREAM, VALIDATION, label_for, run_panel
 
 from tests.audit.helpers import counts_with_bincount, release_in
@@ -57,9 +58,17 @@ def _upstream_cannot_run(row) -> bool:
     return False
 
 
+def _default(panel):
+    """The panel's default rows (after them: the rows of the patches not in force here, if any)."""
+    return panel.rows[:len(panel_rows.ROWS)]
+
+
 def test_every_row_ran(panel):
-    assert [row.name for row in panel.rows] == list(panel_rows.ROW_NAMES)
-    for row in panel.rows:
+    assert [row.name for row in _default(panel)] == list(panel_rows.ROW_NAMES)
+    lost = [f"{name} ({state})" for name, state in panel.patch_states.items() if state in State.PROBLEMS]
+    assert all(row.stands_for and set(row.stands_for) <= set(lost) for row in panel.rows[len(panel_rows.ROWS):])
+    assert {label for row in panel.rows for label in row.stands_for} == set(lost)  # each has its rows
+    for row in _default(panel):
         if _upstream_cannot_run(row):
             assert not row.available and "raises RuntimeError" in row.why_na and not row.error, row.name
             continue
@@ -74,7 +83,7 @@ def test_every_row_ran(panel):
 
 
 def test_patched_updates_sync_only_where_labelled_and_tolerated(panel):
-    for row in panel.rows:
+    for row in _default(panel):
         if _upstream_cannot_run(row) or _not_here(row):
             continue
         patched = row.update["patched"]
@@ -261,7 +270,7 @@ def test_training_step_row(panel):
 
 def test_json_ready_and_tmpatch_left_reverted(panel):
     data = json.loads(json.dumps(panel.to_dict()))
-    assert data["torchmetrics"] == panel.release and len(data["rows"]) == len(panel_rows.ROWS)
+    assert data["torchmetrics"] == panel.release and len(data["rows"]) == len(panel.rows) >= len(panel_rows.ROWS)
     assert all(row["state"] != "applied" for row in tmpatch.status().to_dict())
 
 

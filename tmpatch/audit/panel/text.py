@@ -111,7 +111,8 @@ def render(panel: Panel, verbose: bool = False, all_rows: bool = False) -> str:
     hidden = [row for row in panel.rows if row not in rows]
     lost = [row for row in rows if row.stands_for]
     if lost:
-        lines += fit(f"({len(lost)} rows show what the patches not in force would repair: "
+        lines += fit(f"({len(lost)} {'rows show' if len(lost) > 1 else 'row shows'} what the patches not in force "
+                     "would repair: "
                      + "; ".join(sorted({label for row in lost for label in row.stands_for})) + ")", 1)
     if hidden:
         na = sum(not row.available for row in hidden)
