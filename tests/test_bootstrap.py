@@ -328,3 +328,14 @@ def test_strict_raises_only_for_the_patches_asked_naming_the_target_left_alone(c
         assert proc.stdout.count(" (partial: ") == 1 and "mismatch" not in proc.stdout  # nothing else to say
     else:
         assert proc.stdout.strip() == "imported: partial", proc.stdout + proc.stderr
+
+
+def test_strict_about_a_patch_left_out_is_one_line_and_the_program_runs_on(fake_tm):
+    proc = ok(child("""
+        exec(PTH_LINE)
+        import torchmetrics, tmpatch.bootstrap
+        print(tmpatch.bootstrap.state)
+    """, env={"TMPATCH": "1", "TMPATCH_STRICT": "safe_divide", "TMPATCH_EXCLUDE": "safe_divide"}, path=[fake_tm]))
+    assert proc.stdout.startswith("failed: ValueError: tmpatch.apply(strict=...) names safe_divide, not among")
+    lines = stderr_lines(proc)
+    assert len(lines) == 1 and "runs on unpatched" in lines[0], proc.stderr

@@ -119,7 +119,10 @@ def _check_strict(options: dict) -> None:
     from tmpatch.control import api, selection
 
     strict = options.get("strict")
-    names = selection.strict_names(strict, selection.select(options.get("patches"), options.get("exclude"))[0])
+    try:
+        names = selection.strict_names(strict, selection.select(options.get("patches"), options.get("exclude"))[0])
+    except (TypeError, ValueError):  # strict about a patch not applied: apply() said so, and nothing applied
+        return
     report = api.status()
     problems = report.problems(names)
     if problems:
