@@ -6,11 +6,11 @@ default) and off: graphs, graph breaks and recompiles, with and without tmpatch,
 
 The step is ``benchmarks/compile_step.py``'s (``make_step``): the cross-entropy of 64 logits, MeanMetric
 of the loss and multiclass Accuracy, Precision, Recall and F1 (10 classes), given the logits, or their
-argmax (``labels``: integer class predictions, which the release's validation checks value by value). Each variant runs in its own
-child process: ``torch.compile(step, backend=...)`` (and once more with ``fullgraph=True``, where a graph
-break is an error), the first step, then ``--steps`` more on 8 batches. Counted with dynamo's counters:
-the graph breaks and graphs of the first step, the frames compiled after it (recompiled), and whether
-``fullgraph=True`` compiles. Writes stdout only; compile_validate.txt holds the recorded runs.
+argmax (``labels``: integer class predictions, which the release's validation checks value by value).
+Each variant runs in its own child process: ``torch.compile(step, backend=...)`` (and once more with
+``fullgraph=True``, where a graph break is an error), the first step, then ``--steps`` more on 8
+batches. Counted with dynamo's counters: the graph breaks and graphs of the first step, the frames
+compiled after it (recompiled), and whether ``fullgraph=True`` compiles. Writes stdout only; compile_validate.txt holds the recorded runs.
 """
 from __future__ import annotations
 
@@ -113,8 +113,9 @@ def main(argv: List[str]) -> int:
           f"{'fullgraph=True':<20}  break reasons")
     for validate, labels, patched in VARIANTS:
         head = f"  {'labels' if labels else 'logits':<7}  {str(validate):<13}  {'patched' if patched else 'release':<9}"
-        done = subprocess.run([sys.executable, __file__, "--child", json.dumps([validate, labels, patched]), "--backend",
-                               args.backend, "--steps", str(args.steps)], env=env, capture_output=True, text=True)
+        done = subprocess.run([sys.executable, __file__, "--child", json.dumps([validate, labels, patched]),
+                               "--backend", args.backend, "--steps", str(args.steps)], env=env, capture_output=True,
+                              text=True)
         if done.returncode:
             print(f"{head}  failed: {done.stderr.strip().splitlines()[-1:]}")
             continue

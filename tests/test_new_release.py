@@ -11,8 +11,6 @@ import subprocess
 import sys
 import zipfile
 
-import pytest
-
 import tmpatch
 from tmpatch import patches as catalogue
 from tmpatch.control import likeness

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import textwrap
 import zipfile
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WIDTH = 120  #: the text's lines fit this many columns
@@ -154,9 +154,9 @@ def render(found: Dict[str, Any], where: str, wheel: str = "") -> str:
         else:
             lines.append(f"  {state} ({len(names)}): {', '.join(names)}")
     tests = " ".join(found["tests"])
-    lines += ["tests to run" + (f" (the patches with changed targets: {', '.join(found['patches with changed targets'])}, "
-                                "and every release's):" if found["patches with changed targets"] else
-                                " (every release's):"),
+    touched = ", ".join(found["patches with changed targets"])
+    lines += ["tests to run" + (f" (the patches with changed targets: {touched}, and every release's):" if touched
+                                else " (every release's):"),
               *([f"  pip install --no-deps --target DIR {wheel}"] if wheel else []),
               f"  PYTHONPATH={'DIR' if wheel else where}:. python -m pytest {tests}",
               f"  or, once published: python tools/matrix.py -r {found['release']} -- {tests}"]

@@ -132,7 +132,8 @@ def test_unknown_metric_is_exit_2_with_a_short_message(capsys):
     code, out, err = _run(capsys, "--metric", "MeanMetrik")
     assert code == 2 and not out
     assert err.startswith("tmpatch audit: no row matches --metric 'MeanMetrik'; did you mean ")
-    assert "'MeanMetric'" in err and len(err.splitlines()) == 1 and f"the {len(panel_rows.ROW_NAMES + panel_rows.PATCH_ROW_NAMES)} rows" in err
+    rows = len(panel_rows.ROW_NAMES + panel_rows.PATCH_ROW_NAMES)
+    assert "'MeanMetric'" in err and len(err.splitlines()) == 1 and f"the {rows} rows" in err
 
 
 @pytest.mark.once
