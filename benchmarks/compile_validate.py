@@ -10,7 +10,8 @@ argmax (``labels``: integer class predictions, which the release's validation ch
 Each variant runs in its own child process: ``torch.compile(step, backend=...)`` (and once more with
 ``fullgraph=True``, where a graph break is an error), the first step, then ``--steps`` more on 8
 batches. Counted with dynamo's counters: the graph breaks and graphs of the first step, the frames
-compiled after it (recompiled), and whether ``fullgraph=True`` compiles. Writes stdout only; compile_validate.txt holds the recorded runs.
+compiled after it (recompiled), and whether ``fullgraph=True`` compiles. Writes stdout only;
+compile_validate.txt holds the recorded runs.
 """
 from __future__ import annotations
 
