@@ -46,6 +46,7 @@ LAZY_IMPORTS = {
     ("tmpatch.bootstrap", "activate", "tmpatch.patches"): START_UP,
     ("tmpatch.bootstrap", "activate", "tmpatch.control.api"): START_UP,
     ("tmpatch.bootstrap", "_check_strict", "tmpatch.control.api"): START_UP,
+    ("tmpatch.bootstrap", "_check_strict", "tmpatch.control.selection"): START_UP,
     ("tmpatch.bootstrap", "_configure_logging", "logging"): START_UP,
     ("tmpatch.control.settings", "closest", "difflib"): START_UP,
     ("tmpatch.bootstrap.sitecustomize", "_apply", "tmpatch.bootstrap"): FOREIGN_PYTHON,

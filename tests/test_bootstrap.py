@@ -20,7 +20,7 @@ import pytest
 
 import tmpatch.bootstrap
 from tmpatch.patches import NAMES
-from tests.conftest import lazily_imported_patches
+from tests.conftest import edited_release, lazily_imported_patches
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 
@@ -205,7 +205,8 @@ def test_bad_values_one_warning_each_and_the_rest_applies(fake_tm):
     assert all(state == "excluded" for name, state in states.items() if name != "safe_divide")
     lines = stderr_lines(proc)
     assert len(lines) == 3, proc.stderr
-    strict = [line for line in lines if "TMPATCH_STRICT='perhaps'" in line]
+    strict = [line for line in lines if "TMPATCH_STRICT: unknown patch name(s) 'perhaps'" in line
+              and "strict about no patch" in line]
     names = [line for line in lines if "'bogus'" in line]
     unknown = [line for line in lines if "TMPATCH_EXLUDE is not a tmpatch variable" in line
                and "did you mean TMPATCH_EXCLUDE?" in line]
@@ -299,3 +300,42 @@ def test_strict_makes_a_patch_that_cannot_apply_fail_the_import(odd_tm, strict):
         assert proc.stdout.strip() == "imported: mismatch"
     # TMPATCH_LOG_LEVEL: tmpatch's records go to stderr through its own handler
     assert any(line.startswith("WARNING [pid ") and "safe_divide" in line for line in stderr_lines(proc))
+
+
+@pytest.fixture(scope="module")
+def changed_tm(tmp_path_factory):
+    """This torchmetrics, with the code of one target of image_constants changed (as a release to come may)."""
+    return edited_release(str(tmp_path_factory.mktemp("changed")),
+                          {"torchmetrics.functional.image.ssim:_ssim_update": "preds = preds  # changed"})
+
+
+@pytest.mark.parametrize("strict, raises", [("1", True), ("image_constants", True), ("safe_divide,nan_check", False)])
+def test_strict_raises_only_for_the_patches_asked_naming_the_target_left_alone(changed_tm, strict, raises):
+    proc = ok(child("""
+        exec(PTH_LINE)
+        import tmpatch
+        try:
+            import torchmetrics
+        except tmpatch.TmpatchError as exc:
+            print("error:", exc)
+        else:
+            print("imported:", tmpatch.status()["image_constants"].state)
+    """, env={"TMPATCH": "1", "TMPATCH_STRICT": strict}, path=[changed_tm]))
+    if raises:
+        assert proc.stdout.startswith(f"error: tmpatch (TMPATCH_STRICT={strict}): could not apply image_constants "
+                                      "(partial: "), proc.stdout
+        assert "left alone: torchmetrics.functional.image.ssim._ssim_update (code not recognised" in proc.stdout
+        assert proc.stdout.count(" (partial: ") == 1 and "mismatch" not in proc.stdout  # nothing else to say
+    else:
+        assert proc.stdout.strip() == "imported: partial", proc.stdout + proc.stderr
+
+
+def test_strict_about_a_patch_left_out_is_one_line_and_the_program_runs_on(fake_tm):
+    proc = ok(child("""
+        exec(PTH_LINE)
+        import torchmetrics, tmpatch.bootstrap
+        print(tmpatch.bootstrap.state)
+    """, env={"TMPATCH": "1", "TMPATCH_STRICT": "safe_divide", "TMPATCH_EXCLUDE": "safe_divide"}, path=[fake_tm]))
+    assert proc.stdout.startswith("failed: ValueError: tmpatch.apply(strict=...) names safe_divide, not among")
+    lines = stderr_lines(proc)
+    assert len(lines) == 1 and "runs on unpatched" in lines[0], proc.stderr

@@ -107,11 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
             "row per patch: patch, state, release, target, reason (a table that fits 120 columns: long "
             "targets are clipped). With -v (--wide), each patch whole: every target, the defect, the upstream "
             "issue, what changes for the user, the releases it was written for, and the policies in effect.",
-            "states: applied; not-needed (this release has the upstream fix); mismatch (code not recognised, "
+            "states: applied; partial (applied to the targets whose code is recognised; the reason names those "
+            "left alone); not-needed (this release has the upstream fix); mismatch (code not recognised, "
             "left alone); unsupported (release outside the patch's range); excluded; failed.",
         ),
         epilog=_fill("exit status: 0 every requested patch is applied or not needed; 1 one could not be "
-                     "applied (mismatch, unsupported, failed) or torchmetrics cannot be imported; 2 usage error."),
+                     "applied whole (partial, mismatch, unsupported, failed) or torchmetrics cannot be imported; "
+                     "2 usage error."),
     )
     _add_selection(status)
     status.add_argument("--json", action="store_true", help="print the rows as a JSON list")
@@ -135,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     for setting in settings.SETTINGS:
         if setting.kind == settings.FLAG:
             run.add_argument(_option(setting), action="store_true", help=setting.doc)
+        elif setting.kind == settings.FLAG_OR_NAMES:
+            run.add_argument(_option(setting), nargs="?", const=True, default=None, metavar="NAMES",
+                             help=f"{setting.doc} (NAMES: only those patches, comma-separated)")
         elif setting.kind == settings.CHOICE:
             run.add_argument(_option(setting), choices=setting.choices, help=setting.doc)
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]", help="the command to run")
@@ -214,6 +219,9 @@ def _run(args: argparse.Namespace) -> int:
     for setting in settings.SETTINGS:
         if setting.kind == settings.FLAG:
             options[setting.name] = True if getattr(args, setting.name) else None
+        elif setting.kind == settings.FLAG_OR_NAMES:
+            value = getattr(args, setting.name)
+            options[setting.name] = value if value is None or value is True else _names(value, _option(setting))
         elif setting.kind == settings.CHOICE:
             options[setting.name] = getattr(args, setting.name)
     environ = run_environ(options=options)

@@ -6,7 +6,7 @@
   is imported at start so that the header shows what applies.
 * fixture ``tmpatch``: applies for one test, yields the
   :class:`tmpatch.Report`, restores the state before afterwards.
-  ``@pytest.mark.tmpatch(patches=[...], exclude=[...], strict=False,
+  ``@pytest.mark.tmpatch(patches=[...], exclude=[...], strict=False (or names),
   nan_check=..., bincount=...)`` chooses (a marked test gets the fixture
   without asking): the test sees exactly that selection, also under
   ``--tmpatch`` (the run's patches outside it are reverted for the test), and
@@ -147,7 +147,10 @@ def _marker_options(marker: Any) -> Dict[str, Any]:
         patches = list(marker.args) + list(selection.names(patches, f"{_MARKER}(patches=...)") or ())
     strict = marker.kwargs.get("strict", False)
     if not isinstance(strict, bool):
-        raise TypeError(f"{_MARKER}(strict=...) must be True or False; got {type(strict).__name__} {strict!r}")
+        if strict is None or not isinstance(strict, (str, list, tuple, set, frozenset)):
+            raise TypeError(f"{_MARKER}(strict=...) must be True, False or patch names; got "
+                            f"{type(strict).__name__} {strict!r}")
+        strict = selection.names(strict, f"{_MARKER}(strict=...)")
     return {
         "patches": selection.names(patches, f"{_MARKER}(patches=...)"),
         "exclude": selection.names(marker.kwargs.get("exclude"), f"{_MARKER}(exclude=...)"),

@@ -233,6 +233,19 @@ class Decline:
 
 
 @dataclass(frozen=True)
+class Together:
+    """Targets of a patch that are repaired only together. Without one, each target a release
+    has is repaired on its own: one whose code is not recognised is left alone and the others
+    are repaired (the row says *partial*). ``targets`` (qualnames or paths; empty: every target
+    of the patch) are left alone wherever one of ``on`` is; with ``on`` empty, wherever one of
+    ``targets`` is (a group). ``reason``: why, in the words of the row that names them."""
+
+    reason: str
+    targets: Tuple[str, ...] = ()
+    on: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Requirement:
     """Code outside the patch's targets that a repair relies on (torch's own, say, or another
     function of the release): the function ``module.qualname`` must have one of
@@ -312,7 +325,7 @@ class Label:
 
 @dataclass(frozen=True)
 class Patch:
-    """A named repair: one or more targets, all replaced or none.
+    """A named repair of one or more targets, each replaced where its code is recognised.
 
     ``known`` is the range of host releases the patch was written against;
     outside it the patch reports *unsupported*. Inside it the code's
@@ -322,7 +335,8 @@ class Patch:
     ``declines``: releases inside ``known`` that it leaves alone, with the reason.
     ``labels``: how the audit explains the syncs this patch removes (and the
     ones it leaves). ``requires``: patches this one needs to do its whole job
-    (applied with it unless excluded).
+    (applied with it unless excluded). ``together``: targets repaired only together
+    (:class:`Together`); the others are repaired each on its own.
     """
 
     name: str
@@ -339,6 +353,8 @@ class Patch:
     declines: Tuple[Decline, ...] = field(default=())
     #: attributes set while the patch is applied (:class:`Setting`)
     settings: Tuple[Setting, ...] = field(default=())
+    #: targets repaired only together (:class:`Together`); the others each on its own
+    together: Tuple[Together, ...] = field(default=())
     #: called after the patch is applied / reverted (host-side bookkeeping: nothing of the
     #: release changes here; ``after_revert`` runs before the settings are taken back)
     after_apply: Optional[Callable[[], None]] = None

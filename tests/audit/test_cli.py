@@ -31,7 +31,8 @@ def whole(panel_result):
 
 
 def _table_rows(text):
-    return [line.split("  ")[0] for line in text.splitlines() if line.split("  ")[0] in panel_rows.ROW_NAMES]
+    names = panel_rows.ROW_NAMES + panel_rows.PATCH_ROW_NAMES + tuple(panel_rows.UNMEASURED)
+    return [line.split("  ")[0] for line in text.splitlines() if line.split("  ")[0] in names]
 
 
 def test_every_line_fits_120_columns(whole):
@@ -45,7 +46,7 @@ def test_default_rows_are_the_ones_that_change_or_still_sync(whole):
     shown = _table_rows(text)
     assert shown == [row.name for row in result.rows if panel_text.shown(row)]
     assert "MeanMetric (default weight)" in shown and "training step" in shown  # 2+ -> 0 on every release
-    quiet = [row for row in result.rows if row.available and not row.error
+    quiet = [row for row in result.rows if row.available and not row.error and not row.stands_for
              and all(a.count == 0 and not a.points for part in (row.update, row.compute) for a in part.values())]
     assert quiet and not {row.name for row in quiet} & set(shown)  # e.g. MeanSquaredError: 0 -> 0
     assert f"({len(result.rows) - len(shown) - sum(not r.available for r in result.rows)} rows with no sync" in text
@@ -131,7 +132,8 @@ def test_unknown_metric_is_exit_2_with_a_short_message(capsys):
     code, out, err = _run(capsys, "--metric", "MeanMetrik")
     assert code == 2 and not out
     assert err.startswith("tmpatch audit: no row matches --metric 'MeanMetrik'; did you mean ")
-    assert "'MeanMetric'" in err and len(err.splitlines()) == 1 and f"the {len(panel_rows.ROW_NAMES)} rows" in err
+    rows = len(panel_rows.ROW_NAMES + panel_rows.PATCH_ROW_NAMES)
+    assert "'MeanMetric'" in err and len(err.splitlines()) == 1 and f"the {rows} rows" in err
 
 
 @pytest.mark.once

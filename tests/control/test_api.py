@@ -13,7 +13,8 @@ import wrapt
 import tmpatch
 from tmpatch import patches as catalogue
 from tmpatch.spec import Variant
-from tests.conftest import fingerprints_under, lazily_imported_patches, release_in, run_python, torch_at_least
+from tests.conftest import (edited_release, fingerprints_under, lazily_imported_patches, release_in, run_python,
+                            torch_at_least)
 
 import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
 from torchmetrics.utilities import compute, distributed
@@ -586,3 +587,83 @@ def test_a_setting_that_cannot_be_made_leaves_the_patch_out_whole(with_setting):
     row = tmpatch.apply(["mean_default_weight"])["mean_default_weight"]
     assert row.state == "failed" and "no value here" in row.reason, row
     assert vars(MeanMetric)["update"] is original and "value" not in vars(toysetting.Box)
+
+
+#: a target of image_constants whose code a release yet to come changes (upstream's main branch did)
+SSIM_UPDATE = "torchmetrics.functional.image.ssim:_ssim_update"
+#: retrieval_check's check, which the class updates mark for: they go with it
+RETRIEVAL_CHECK = "torchmetrics.utilities.checks:_check_retrieval_target_and_prediction_types"
+
+
+def _child_path(folder: str) -> dict:
+    return {"PYTHONPATH": os.pathsep.join([folder] + [p for p in sys.path if p and os.path.isdir(p)])}
+
+
+def test_a_changed_target_costs_its_own_repair_only(tmp_path):
+    """One of image_constants' targets changed: PSNR, whose code did not, keeps its repair (1 -> 0 syncs on
+    simulated CUDA); the row is partial and names the target left alone, which keeps the release's code."""
+    folder = edited_release(str(tmp_path), {SSIM_UPDATE: "preds = preds  # changed upstream",
+                                            RETRIEVAL_CHECK: "preds = preds  # changed upstream"})
+    proc = run_python("""
+        import json, torch, tmpatch
+        from torchmetrics.functional.image import ssim
+        from torchmetrics.image import PeakSignalNoiseRatio
+        from tmpatch.audit import audit
+        from tmpatch.audit.panel.rows import update_all
+
+        def syncs():
+            g = torch.Generator().manual_seed(0)
+            images = torch.rand(2, 3, 8, 8, generator=g), torch.rand(2, 3, 8, 8, generator=g)
+            return audit(update_all, [(PeakSignalNoiseRatio(data_range=1.0), images, {})], device="cuda:0").count
+
+        before = syncs()
+        release = ssim._ssim_update
+        report = tmpatch.apply(["image_constants", "retrieval_check", "safe_divide"], strict=["safe_divide"])
+        row, marks = report["image_constants"], report["retrieval_check"]
+        try:
+            tmpatch.apply(["image_constants", "safe_divide"], strict="image_constants")
+            strict = ""
+        except tmpatch.TmpatchError as exc:
+            strict = str(exc)
+        print(json.dumps({"state": row.state, "reason": row.reason, "before": before, "after": syncs(),
+                          "marks": [marks.state, marks.reason], "strict": strict, "release": report.release,
+                          "first": str(report).splitlines()[0],
+                          "ssim_left": ssim._ssim_update is release and not tmpatch.is_patched(release)}))
+    """, env=_child_path(folder))
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (found["state"], found["before"], found["after"], found["ssim_left"]) == ("partial", 1, 0, True), found
+    assert "left alone: torchmetrics.functional.image.ssim._ssim_update (code not recognised" in found["reason"]
+    assert found["strict"].startswith("tmpatch: could not apply image_constants (partial: ") and \
+        "torchmetrics.functional.image.ssim._ssim_update (code not recognised" in found["strict"], found["strict"]
+    release = torchmetrics.__version__  # status() says how far the code is the release's, in its first line
+    assert found["release"].startswith(f"{release} (code differs from the {release} wheel in 2 of ") and \
+        found["release"].endswith(" targets: torchmetrics.utilities.checks._check_retrieval_target_and_prediction_"
+                                  "types, torchmetrics.functional.image.ssim._ssim_update)"), found["release"]
+    assert found["first"] == f"torchmetrics {found['release']}"[:len(found["first"])]
+    state, reason = found["marks"]  # the updates that mark for the check are left alone with it, and said so
+    assert state == "mismatch" and reason.startswith(
+        "torchmetrics.utilities.checks._check_retrieval_target_and_prediction_types (code not recognised"), reason
+    assert ("torchmetrics.retrieval.base.RetrievalMetric.update, torchmetrics.retrieval.precision_recall_curve."
+            "RetrievalPrecisionRecallCurve.update left alone with torchmetrics.utilities.checks.") in reason, reason
+
+
+def test_a_pending_row_names_the_imports_that_apply_it():
+    """After ``import torchmetrics``, each pending row names the modules it waits for; importing exactly
+    those (in a fresh process each) applies it: the row says what is true."""
+    proc = run_python("""
+        import json, torchmetrics, tmpatch
+        print(json.dumps({r.name: r.reason for r in tmpatch.apply() if r.state == "pending"}))
+    """)
+    pending = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(pending) == set(lazily_imported_patches())
+    for name, reason in pending.items():
+        assert reason.startswith("armed: applies when ") and reason.endswith(" imported"), reason
+        named = reason[len("armed: applies when "):].rsplit(" ", 2)[0].replace(" and ", ", ").split(", ")
+        proc = run_python(f"""
+            import importlib, torchmetrics, tmpatch
+            tmpatch.apply()
+            for module in {named!r}:
+                importlib.import_module(module)
+            print(tmpatch.status()[{name!r}].state)
+        """)
+        assert proc.stdout.strip().splitlines()[-1] not in ("pending", "off"), (name, reason, proc.stdout)

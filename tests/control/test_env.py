@@ -67,7 +67,7 @@ def test_a_patches_list_naming_nothing_applies_nothing_with_one_warning(value):
 @pytest.mark.parametrize("variable, value, fragment", [
     ("TMPATCH_EXCLUDE", "", "comma-separated patch names"),
     ("TMPATCH_EXCLUDE", ",", "comma-separated patch names"),
-    ("TMPATCH_STRICT", "", "1/true/yes/on or 0/false/no/off"),
+    ("TMPATCH_STRICT", "", "1/true/yes/on, 0/false/no/off or comma-separated patch names"),
     ("TMPATCH_LOG_LEVEL", "  ", "one of debug, info, warning, error, critical"),
     ("TMPATCH_NAN_CHECK", "", "one of deferred, eager, off"),
     ("TMPATCH_BINCOUNT", "", "one of deferred, eager"),
@@ -90,6 +90,13 @@ def test_unknown_patch_names_dropped_rest_kept_one_message_naming_valid_ones():
     assert all(name in message for name in NAMES)
 
 
+def test_strict_takes_patch_names_checked_as_the_others():
+    settings = env.read({"TMPATCH": "1", "TMPATCH_STRICT": "image_constants, nope"}, valid_names=NAMES)
+    assert settings.options["strict"] == ("image_constants",)
+    assert len(settings.problems) == 1 and "TMPATCH_STRICT: unknown patch name(s) 'nope'" in settings.problems[0]
+    assert "using image_constants" in settings.problems[0]
+
+
 def test_names_are_not_checked_without_the_catalogue():
     settings = env.read({"TMPATCH": "1", "TMPATCH_EXCLUDE": "nope"})
     assert settings.options["exclude"] == ("nope",) and settings.problems == []
@@ -98,7 +105,7 @@ def test_names_are_not_checked_without_the_catalogue():
 
 
 @pytest.mark.parametrize("variable, value, fragment", [
-    ("TMPATCH_STRICT", "sometimes", "1/true/yes/on or 0/false/no/off"),
+    ("TMPATCH_STRICT", "sometimes", "unknown patch name(s) 'sometimes' ignored (strict about no patch)"),
     ("TMPATCH_LOG_LEVEL", "loud", "one of debug, info, warning, error, critical"),
     ("TMPATCH_NAN_CHECK", "later", "one of deferred, eager, off"),
     ("TMPATCH_BINCOUNT", "off", "one of deferred, eager"),

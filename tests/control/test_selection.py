@@ -79,8 +79,11 @@ def test_select_takes_what_the_required_patches_require():
     ({"patches": ["safe_divide"], "nan_check": "later"}, ValueError, "nan_check must be one of deferred, eager, off"),
     ({"bincount": "off", "nan_check": "eager"}, ValueError, "bincount must be one of deferred, eager; got 'off'"),
     ({"nan_check": 0}, TypeError, "nan_check must be a string"),
-    ({"strict": "yes", "nan_check": "eager"}, TypeError, "tmpatch.apply(strict=...) must be True or False; "
-                                                         "got str 'yes'"),
+    ({"strict": "yes", "nan_check": "eager"}, ValueError, "tmpatch.apply(strict=...): unknown patch name(s) 'yes'"),
+    ({"strict": 1}, TypeError, "tmpatch.apply(strict=...) must be True, False or patch names; got int 1"),
+    ({"strict": None}, TypeError, "tmpatch.apply(strict=...) must be True, False or patch names; got NoneType"),
+    ({"patches": ["safe_divide"], "strict": ["safe_divide", "image_constants"]}, ValueError,
+     "tmpatch.apply(strict=...) names image_constants, not among the patches applied (safe_divide)"),
     ({"nan_chek": "eager"}, TypeError, "unexpected keyword argument 'nan_chek' (did you mean nan_check?)"),
 ])
 def test_apply_checks_every_argument_before_changing_anything(kwargs, error, message):

@@ -148,8 +148,8 @@ def _run(args: argparse.Namespace) -> int:
         return step_cli.main(args.step, real=args.real, as_json=args.json, fail_on_sync=args.fail_on_sync)
     from tmpatch.audit.panel import rows as panel_rows, run as panel_module
 
-    if args.list:
-        print("\n".join(panel_rows.ROW_NAMES))
+    if args.list:  # the default rows, then those shown for a patch not in force
+        print("\n".join(panel_rows.ROW_NAMES + panel_rows.PATCH_ROW_NAMES))
         return 0
     if args.all:  # the library sweep: tmpatch/audit/sweep/run.py
         from tmpatch.audit.sweep import run as sweep
@@ -158,9 +158,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     names: Optional[List[str]] = None
     if args.metric:
-        names, unknown = select(args.metric, panel_rows.ROW_NAMES)
+        every = panel_rows.ROW_NAMES + panel_rows.PATCH_ROW_NAMES
+        names, unknown = select(args.metric, every)
         if unknown:
-            print(_unknown(unknown, panel_rows.ROW_NAMES), file=sys.stderr)
+            print(_unknown(unknown, every), file=sys.stderr)
             return 2
     try:
         importlib.import_module("torchmetrics")  # the subject of the audit

@@ -68,7 +68,7 @@ class Trigger:
             try:
                 self.done = activate(self.settings)
                 if self.done and self.settings.options.get("strict"):
-                    return _spec_with_strict_check()
+                    return _spec_with_strict_check(self.settings.options)
             finally:
                 self._busy = False
         return None
@@ -102,24 +102,32 @@ def activate(settings: env.Settings) -> bool:
     return True
 
 
-def _spec_with_strict_check():
+def _spec_with_strict_check(options: dict):
     """The spec of torchmetrics, found again through wrapt's finder with a
-    post-import hook that raises if a patch could not be applied."""
+    post-import hook that raises if a patch ``options`` are strict about could not be applied whole."""
     import importlib.util
 
     import wrapt
 
-    wrapt.register_post_import_hook(_check_strict, HOST)
+    wrapt.register_post_import_hook(lambda module: _check_strict(options), HOST)
     return importlib.util.find_spec(HOST)
 
 
-def _check_strict(module) -> None:
-    from tmpatch.control import api
+def _check_strict(options: dict) -> None:
+    """Raise :class:`tmpatch.TmpatchError` naming every patch ``options["strict"]`` is about
+    (True: every one applied) that is not applied whole, with the targets left alone."""
+    from tmpatch.control import api, selection
 
+    strict = options.get("strict")
+    try:
+        names = selection.strict_names(strict, selection.select(options.get("patches"), options.get("exclude"))[0])
+    except (TypeError, ValueError):  # strict about a patch not applied: apply() said so, and nothing applied
+        return
     report = api.status()
-    problems = report.problems()
+    problems = report.problems(names)
     if problems:
-        raise api.TmpatchError("tmpatch (TMPATCH_STRICT=1): could not apply " + report.describe(problems))
+        asked = "1" if strict is True else ",".join(names)
+        raise api.TmpatchError(f"tmpatch (TMPATCH_STRICT={asked}): could not apply " + report.describe(problems))
 
 
 def _configure_logging(level: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 from tmpatch import patches as catalogue
 from tmpatch.engine import cache
 from tmpatch.runtime import compiled
-from tmpatch.control import gating, selection, settings
+from tmpatch.control import gating, likeness, selection, settings
 from tmpatch.engine.core import Engine
 from tmpatch.spec import LEAVE, Patch, Recognised, Requirement, Setting, Target, Variant
 from tmpatch.control.report import PatchStatus, Report, State
@@ -44,6 +44,8 @@ Held = Dict[str, Tuple[Variant, Optional[Callable[..., Any]]]]
 _held: Dict[Tuple[str, str], Held] = {}  # target key -> the patches that hold it
 _pending: Set[str] = set()
 _warned_missing = False
+#: the release the gating looked at, and the fingerprint it found at each target (tmpatch.control.likeness)
+_codes: Tuple[List[Optional[str]], Dict[str, Optional[str]]] = ([None], {})
 
 
 def _scope(target: Target) -> str:
@@ -55,7 +57,8 @@ def _key(target: Union[Target, Requirement, Setting]) -> Tuple[str, str]:
 
 
 def _is_applied(name: str) -> bool:
-    return _rows.get(name, (State.OFF, ""))[0] == State.APPLIED
+    """Whether ``name``'s code is in place (applied, or partial: to the targets recognised)."""
+    return _rows.get(name, (State.OFF, ""))[0] in State.IN_PLACE
 
 
 # -- installing ----------------------------------------------------------------
@@ -73,7 +76,12 @@ def _original(target: Union[Target, Requirement]) -> Any:
 
 
 def _recognise(patch: Patch) -> Tuple[str, str, List[Tuple[Target, Variant]]]:
-    return gating.recognise(patch, catalogue.release(), _original)
+    release = catalogue.release()
+    seen, codes = _codes
+    if seen[0] != release:  # another release since (an upgrade, a test's): what was found is not its
+        seen[0] = release
+        codes.clear()
+    return gating.recognise(patch, release, _original, codes)
 
 
 def _joined(key: Tuple[str, str], module: Any, holders: Held) -> Callable[..., Any]:
@@ -169,7 +177,7 @@ def _drop(dropped: Dict[str, str]) -> None:
 
 def _install(patch: Patch, sweep: bool) -> None:
     state, reason, found = _recognise(patch)
-    if state == State.APPLIED:
+    if state in State.IN_PLACE:
         done: List[Target] = []
         placed: List[Tuple[str, str]] = []
         try:
@@ -192,9 +200,9 @@ def _install(patch: Patch, sweep: bool) -> None:
                 _take(target, patch, dropped)
             _drop(dropped)
             state, reason = State.FAILED, f"{type(exc).__name__}: {exc}; original left in place"
-    if state == State.APPLIED:
+    if state in State.IN_PLACE:
         compiled.prepare(_engine.arm)  # what the patches' compiled paths need of torch (once; cheap after)
-    if state == State.APPLIED and patch.after_apply is not None:
+    if state in State.IN_PLACE and patch.after_apply is not None:
         patch.after_apply()
     if state == State.APPLIED:
         log.info("tmpatch: %s applied (%s)", patch.name, reason)
@@ -255,7 +263,7 @@ def _disarm_unused() -> None:
     needed = {module_name for name in _pending for module_name in _modules(catalogue.load(name))}
     if _pending:
         needed.add(catalogue.HOST)
-    if _pending or any(state == State.APPLIED for state, _ in _rows.values()):
+    if _pending or any(state in State.IN_PLACE for state, _ in _rows.values()):
         needed.add(compiled.DYNAMO)  # the patches still applied need torch.compile's pieces bound on its import
     for module_name in _engine.armed():
         if module_name not in needed:
@@ -263,14 +271,17 @@ def _disarm_unused() -> None:
 
 
 # -- public API ---------------------------------------------------------------
-def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False, **policies: str) -> Report:
+def apply(patches: Names = None, *, exclude: Names = None, strict: Union[bool, Names] = False,
+          **policies: str) -> Report:
     """Apply tmpatch's patches (all, or the ``patches`` named, less ``exclude``).
 
     Idempotent and thread-safe: applying twice leaves one layer. Before
     torchmetrics is imported nothing is imported: the patches arm post-import
-    hooks and take effect on import. A patch whose target is not recognised is
-    left alone and its row says why; with ``strict=True`` that raises
-    :class:`TmpatchError` (the other patches stay applied). ``policies``:
+    hooks and take effect on import. A target whose code is not recognised is
+    left alone (with those declared to go with it) and its patch's row says
+    why; with ``strict=True`` a patch not applied whole raises
+    :class:`TmpatchError` naming the targets left alone (the other patches stay
+    applied); ``strict`` may also name the patches to be strict about. ``policies``:
     one keyword per run-time policy of :data:`tmpatch.control.settings.POLICIES`
     (``nan_check="eager"``, ``bincount="eager"`` ...). Every argument is
     checked before anything changes (``TypeError``/``ValueError`` naming the
@@ -278,12 +289,13 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
     """
     global _warned_missing
     selected, excluded, chosen_policies = selection.check_apply(patches, exclude, strict, policies)
+    strict_about = selection.strict_names(strict, selected)
     current_policies.update(chosen_policies)
     with _engine.lock:
         catalogue.forget_release()  # an upgrade since the last apply() is seen
         if not catalogue.installed():
             message = "tmpatch: torchmetrics is not installed; the patches are armed in case it is imported later"
-            if strict:
+            if strict_about:
                 raise TmpatchError(message)
             if not _warned_missing:
                 _warned_missing = True
@@ -302,18 +314,18 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
                 else:
                     _arm(patch)
                     reason = "armed: applies when torchmetrics is imported"
-                    if catalogue.HOST in sys.modules:
-                        missing = next(m for m in _modules(patch) if m not in sys.modules)
-                        reason = f"armed: applies when {missing} is imported"
+                    if catalogue.HOST in sys.modules:  # every module it waits for: it applies when all are
+                        missing = [m for m in _modules(patch) if m not in sys.modules]
+                        names = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} and {missing[-1]}"
+                        reason = f"armed: applies when {names} {'is' if len(missing) == 1 else 'are'} imported"
                     if not catalogue.installed():
                         reason = "torchmetrics is not installed; armed in case it is imported later"
                     _rows[name] = (State.PENDING, reason)
         cache.flush()
         report = status()
-    if strict:
-        problems = report.problems(selected)
-        if problems:
-            raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
+    problems = report.problems(strict_about) if strict_about else []
+    if problems:
+        raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
     return report
 
 
@@ -349,7 +361,8 @@ def revert(patches: Names = None) -> Report:
 def status() -> Report:
     """The report: one row per patch (name, target, state, reason, release)."""
     with _engine.lock:
-        release = catalogue.release() or "not installed"
+        found = catalogue.release()
+        release = found or "not installed"
         rows = []
         for name in catalogue.NAMES:
             patch = catalogue.load(name)
@@ -360,7 +373,8 @@ def status() -> Report:
                     reason = (f"{reason}; tmpatch's inactive wrapper is in {', '.join(back)} again (put back by "
                               "another tool after revert): it calls the original")
             rows.append(PatchStatus(name, patch.target_text, state, reason, release))
-        return Report(rows)
+        codes = _codes[1] if _codes[0][0] == found else {}
+        return Report(rows, likeness.describe(found, codes))
 
 
 def is_patched(obj: object) -> bool:

@@ -6,7 +6,8 @@
 
     TMPATCH_PATCHES=safe_divide,cumsum_device   only these patches
     TMPATCH_EXCLUDE=gather_autograd             all but these
-    TMPATCH_STRICT=1                            a patch that cannot apply is an error
+    TMPATCH_STRICT=1                            a patch that cannot apply whole is an error
+    TMPATCH_STRICT=image_constants              ... only for the patches named
     TMPATCH_LOG_LEVEL=info                      tmpatch's log records to stderr
     TMPATCH_NAN_CHECK=eager, TMPATCH_BINCOUNT=eager   run-time policies
 
@@ -76,19 +77,22 @@ class Settings:
         """Drop unknown patch names from the options; return (and record) one
         message per variable that named any."""
         found = []
-        for option in ("patches", "exclude"):
+        for option in ("patches", "exclude", "strict"):
             names = self.options.get(option)
-            if not names:
+            if not names or isinstance(names, bool):
                 continue
             unknown = [name for name in names if name not in valid]
             if unknown:
                 kept = tuple(name for name in names if name not in unknown)
                 self.options[option] = kept
+                if option == "strict" and not kept:
+                    del self.options[option]  # strict about no patch: off
                 setting = registry.BY_NAME[option]
                 if kept:
                     rest = f"using {','.join(kept)}"
                 else:
-                    rest = "no patch is applied" if option == "patches" else "nothing is excluded"
+                    rest = {"patches": "no patch is applied", "exclude": "nothing is excluded"}.get(
+                        option, "strict about no patch")
                 found.append(Problem(
                     f"{setting.variable}: {registry.unknown_names(unknown, valid)} ignored ({rest}); "
                     f"valid names: {', '.join(valid)}", setting.variable))

@@ -54,37 +54,119 @@ def declined(patch: Patch, release: Optional[str]) -> bool:
     return release is not None and any(spec.contains(d.releases, release) for d in patch.declines)
 
 
-def recognise(patch: Patch, release: Optional[str], original: Original) -> Tuple[str, str, Found]:
+def _variant(target: Target, original: Original,
+             codes: Optional[Dict[str, Optional[str]]] = None) -> Tuple[Optional[Variant], str]:
+    """The variant of ``target`` whose code the release has, or None and why it is not recognised
+    (``codes[target.path]``: the fingerprint found, None where the release has no such function;
+    nothing where another tool's object hides it)."""
+    try:
+        obj = original(target)
+    except PatchError as exc:  # its words without the path, which the row puts first
+        if codes is not None:
+            codes[target.path] = None
+        why = str(exc)
+        return None, why[len(target.path):].lstrip(": ") if why.startswith(target.path) else why
+    if type(obj) is not types.FunctionType:  # a proxy passes isinstance; not this
+        return None, f"a {type(obj).__name__}, not the release's own function (wrapped by another tool?)"
+    try:
+        code = fingerprint(obj)
+    except FingerprintError as exc:
+        return None, str(exc)
+    if codes is not None:
+        codes[target.path] = code
+    variant = target.variant_for(code)
+    if variant is None:
+        return None, f"code not recognised, fingerprint {code}"
+    return variant, ""
+
+
+def named(patch: Patch, name: str) -> List[Target]:
+    """The targets of ``patch`` that ``name`` (a qualname or a path, :class:`tmpatch.spec.Together`) names."""
+    return [t for t in patch.targets if name in (t.qualname, t.path)]
+
+
+def bonded(patch: Patch, alone: Sequence[str]) -> Dict[str, Tuple[str, str]]:
+    """The targets left alone with those of ``alone`` (paths) by the patch's
+    :class:`tmpatch.spec.Together` declarations, to the end of the chain: ``{path: (the path of a
+    target it goes with, the declaration's reason)}``."""
+    out: Dict[str, Tuple[str, str]] = {}
+    gone = list(alone)
+    changed = True
+    while changed:
+        changed = False
+        for together in patch.together:
+            members = [t.path for name in together.targets for t in named(patch, name)] or \
+                [t.path for t in patch.targets]
+            needed = [t.path for name in together.on for t in named(patch, name)] or members
+            cause = next((path for path in needed if path in gone), None)
+            if cause is None:
+                continue
+            for path in members:
+                if path not in gone:
+                    out[path] = (cause, together.reason)
+                    gone.append(path)
+                    changed = True
+    return out
+
+
+def left_alone(problems: Dict[str, str], bonds: Dict[str, Tuple[str, str]]) -> str:
+    """The words of a row for the targets left alone: why each one is, those left with it."""
+    parts = [f"{path} ({why})" for path, why in problems.items()]
+    by_reason: Dict[Tuple[str, str], List[str]] = {}
+    for path, (cause, reason) in bonds.items():
+        by_reason.setdefault((cause, reason), []).append(path)
+    for (cause, reason), paths in by_reason.items():
+        parts.append(f"{', '.join(paths)} left alone with {cause} ({reason})")
+    return "; ".join(parts)
+
+
+def recognise(patch: Patch, release: Optional[str], original: Original,
+              codes: Optional[Dict[str, Optional[str]]] = None) -> Tuple[str, str, Found]:
     """What to do with ``patch`` on ``release``: a state, its reason, and the variants
-    found (empty unless the state is APPLIED or NOT_NEEDED). ``original(target)`` gives
-    the release's function at a target or a requirement (raising :class:`PatchError` when
-    it cannot be found)."""
+    found (empty unless the state is APPLIED, PARTIAL or NOT_NEEDED). ``original(target)``
+    gives the release's function at a target or a requirement (raising :class:`PatchError`
+    when it cannot be found).
+
+    Each target is recognised on its own: where some are not (and those declared to go with
+    them, ``Patch.together``) the others are repaired, and the state is PARTIAL, its reason
+    naming every target left alone and why (MISMATCH where nothing is left to repair).
+    ``codes``, if given, gets the fingerprint found at each target looked at (None: no
+    function of the release there), for :mod:`tmpatch.control.likeness`."""
     done = settled(patch, release)
     if done is not None:
         return done[0], done[1], []
-    found: Found = []
-    for target in here(patch, release):
-        try:
-            obj = original(target)
-        except PatchError as exc:
-            return State.MISMATCH, str(exc), []
-        if type(obj) is not types.FunctionType:  # a proxy passes isinstance; not this
-            return (State.MISMATCH, f"{target.path} is a {type(obj).__name__}, not the release's own function "
-                    "(wrapped by another tool?)", [])
-        try:
-            code = fingerprint(obj)
-        except FingerprintError as exc:
-            return State.MISMATCH, str(exc), []
-        variant = target.variant_for(code)
-        if variant is None:
-            return State.MISMATCH, f"code of {target.qualname} not recognised (fingerprint {code}); left alone", []
-        found.append((target, variant))
-    for requirement in patch.relies_on if found else ():
+    looked = [(target, *_variant(target, original, codes)) for target in here(patch, release)]
+    problem = ""
+    for requirement in patch.relies_on if any(variant is not None for _, variant, _ in looked) else ():
         problem = _requirement(requirement, original)[1]
         if problem:
-            return State.MISMATCH, problem, []
-    if not found:
+            break
+    return judge(patch, release, looked, problem)  # type: ignore[arg-type]
+
+
+#: what was found at one target: the target, the variant its code is (None: not recognised), and why not
+Looked = Tuple[Target, Optional[Variant], str]
+
+
+def judge(patch: Patch, release: Optional[str], looked: Sequence[Looked], problem: str = "") -> Tuple[str, str, Found]:
+    """:func:`recognise`'s answer from what was found at each of the patch's targets on ``release``
+    (``looked``) and the first of its requirements not met (``problem``, '' if none): also for
+    code read from a release's files rather than imported (``tools/new_release.py``)."""
+    if problem:
+        return State.MISMATCH, problem, []
+    found: Found = [(target, variant) for target, variant, _ in looked if variant is not None]
+    problems = {target.path: why for target, variant, why in looked if variant is None}  # not recognised
+    if not found and not problems:
         return State.NOT_NEEDED, f"nothing to repair: {release} has none of its targets ({patch.upstream})", found
+    if problems:
+        bonds = bonded(patch, list(problems))
+        found = [(target, variant) for target, variant in found if target.path not in bonds]
+        words = left_alone(problems, bonds)
+        if not any(not variant.fixed for _, variant in found):
+            return State.MISMATCH, f"{words}; left alone", []
+        count = len(problems) + len(bonds)
+        return (State.PARTIAL, f"code of {common(found)} recognised but for {count} of {count + len(found)} "
+                f"targets, left alone: {words}", found)
     if all(variant.fixed for _, variant in found):
         return State.NOT_NEEDED, f"upstream fix present (code of {common(found)})", found
     return State.APPLIED, f"code of {common(found)} recognised", found
@@ -101,15 +183,21 @@ def _requirement(requirement: Requirement, original: Original) -> Tuple[Optional
         for part in requirement.qualname.split(".") if obj is not None else ():
             obj = getattr(obj, part, None)
     if obj is None:
-        return None, ("" if None in requirement.fingerprints else
-                      f"relies on {requirement.path}, which is absent; left alone")
+        return None, unmet(requirement, None)
     try:
         code = fingerprint(obj)
     except FingerprintError as exc:
         return None, f"relies on {requirement.path}: {exc}; left alone"
-    if code not in requirement.fingerprints:
-        return code, f"relies on {requirement.path}, whose code is not recognised (fingerprint {code}); left alone"
-    return code, ""
+    return code, unmet(requirement, code)
+
+
+def unmet(requirement: Requirement, code: Optional[str]) -> str:
+    """Why ``requirement`` is not met by the code found (its fingerprint; None: absent), '' if it is."""
+    if code in requirement.fingerprints:
+        return ""
+    if code is None:
+        return f"relies on {requirement.path}, which is absent; left alone"
+    return f"relies on {requirement.path}, whose code is not recognised (fingerprint {code}); left alone"
 
 
 def recognised(patch: Patch, found: Found, original: Original) -> Dict[str, Optional[str]]:

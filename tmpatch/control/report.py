@@ -24,6 +24,7 @@ class State:
     OFF = "off"  # never applied in this process
     PENDING = "pending"  # armed: a target's module is not imported yet; the patch is gated when it is
     APPLIED = "applied"
+    PARTIAL = "partial"  # applied to the targets whose code is recognised; the reason names those left alone
     NOT_NEEDED = "not-needed"  # this release carries the upstream fix
     UNSUPPORTED = "unsupported"  # release outside the range the patch knows
     MISMATCH = "mismatch"  # the target's code is not one tmpatch recognises
@@ -31,12 +32,14 @@ class State:
     FAILED = "failed"
     REVERTED = "reverted"
 
-    #: states in which a requested patch did not do its job
-    PROBLEMS = (UNSUPPORTED, MISMATCH, FAILED)
+    #: states in which a requested patch did not do its whole job
+    PROBLEMS = (PARTIAL, UNSUPPORTED, MISMATCH, FAILED)
+    #: states in which tmpatch's code is in place
+    IN_PLACE = (APPLIED, PARTIAL)
     #: states in which tmpatch's code is (or will be, on import) in place
-    ACTIVE = (APPLIED, PENDING)
+    ACTIVE = (APPLIED, PARTIAL, PENDING)
     #: the order :func:`grouped` lists the states in
-    ORDER = (APPLIED, PENDING, NOT_NEEDED, UNSUPPORTED, MISMATCH, FAILED, EXCLUDED, REVERTED, OFF)
+    ORDER = (APPLIED, PARTIAL, PENDING, NOT_NEEDED, UNSUPPORTED, MISMATCH, FAILED, EXCLUDED, REVERTED, OFF)
     #: what ``pending`` means, where the word alone could be read as "not applied"
     PENDING_MEANS = "until their modules are imported"
 
@@ -113,12 +116,22 @@ class UnknownPatch(KeyError):
 
 
 class Report(Sequence[PatchStatus]):
-    """The rows of ``tmpatch.status()``; ``report["safe_divide"]`` picks one."""
+    """The rows of ``tmpatch.status()``; ``report["safe_divide"]`` picks one. ``release``: the
+    torchmetrics release with how far its code is that of a release tmpatch knows
+    (:func:`tmpatch.control.likeness.describe`: ``1.9.0``, or ``1.9.0 (code differs from the
+    1.9.0 wheel in 1 of 95 targets: ...)``); the table and :meth:`details` start with it where
+    the code is not a known release's."""
 
     _COLUMNS = ("patch", "state", "release", "target", "reason")
 
-    def __init__(self, rows: List[PatchStatus]) -> None:
+    def __init__(self, rows: List[PatchStatus], release: str = "") -> None:
         self._rows = list(rows)
+        self.release = release or (rows[0].release if rows else "")
+
+    @property
+    def unknown_code(self) -> bool:
+        """Whether the code is not that of a release tmpatch knows (``release`` says how far it is)."""
+        return bool(self._rows) and self.release != self._rows[0].release
 
     def __getitem__(self, key):  # type: ignore[override]
         if isinstance(key, str):
@@ -174,9 +187,14 @@ class Report(Sequence[PatchStatus]):
         return self.table()
 
     def table(self, width: int = WIDTH) -> str:
-        """The rows as a table that fits ``width`` columns where it can."""
+        """The rows as a table that fits ``width`` columns where it can, after the release's line
+        where its code is not a known release's (:attr:`release`)."""
         if not self._rows:
             return "  ".join(self._COLUMNS)
+        if self.unknown_code:
+            head = textwrap.wrap(f"torchmetrics {self.release}", width, subsequent_indent="    ",
+                                 break_long_words=False, break_on_hyphens=False)
+            return "\n".join(head + [Report(self._rows).table(width)])
         fixed = [max(len(self._COLUMNS[i]), *(len(cell) for cell in column))
                  for i, column in enumerate(zip(*((r.name, r.state, r.release) for r in self._rows)))]
         room = width - sum(fixed) - 2 * len(fixed)
@@ -212,7 +230,9 @@ class Report(Sequence[PatchStatus]):
         changes for the user, the releases it knows, every target; empty fields
         are left out."""
         releases = sorted({row.release for row in self._rows})
-        out = [f"torchmetrics {', '.join(releases)}"] if releases else []
+        shown = [self.release] if self.unknown_code else releases
+        out = textwrap.wrap(f"torchmetrics {', '.join(shown)}", width, subsequent_indent="    ",
+                            break_long_words=False, break_on_hyphens=False) if releases else []
         labels = ("reason", "defect", "upstream", "changes", "releases", "requires")
         for row in self._rows:
             fields = _fields(row)

@@ -124,11 +124,30 @@ def check_apply(patches: Any, exclude: Any, strict: Any,
     """Every argument of ``apply()``, checked before anything changes:
     ``(selected, left out, policies to set)``."""
     selected, excluded = select(patches, exclude)
-    if not isinstance(strict, bool):
-        raise TypeError(f"tmpatch.apply(strict=...) must be True or False; got {_shown(strict)}")
+    strict_names(strict, selected)
     checked = check_policies(policies)
     announce_environment()
     return selected, excluded, checked
+
+
+def strict_names(strict: Any, selected: Sequence[str], where: str = "tmpatch.apply") -> Tuple[str, ...]:
+    """The patches ``strict`` asks to be strict about: every one ``selected`` for True, none for
+    False, or those named (a name, comma-separated names or an iterable of names), each of which
+    must be selected. ``TypeError``/``ValueError`` saying what is expected."""
+    if isinstance(strict, bool):
+        return tuple(selected) if strict else ()
+    argument = f"{where}(strict=...)"
+    if strict is None or isinstance(strict, (int, float, bytes, bytearray, memoryview)):
+        raise TypeError(f"{argument} must be True, False or patch names; got {_shown(strict)}")
+    try:
+        chosen = names(strict, argument) or ()
+    except TypeError:
+        raise TypeError(f"{argument} must be True, False or patch names; got {_shown(strict)}") from None
+    outside = [name for name in chosen if name not in selected]
+    if outside:
+        raise ValueError(f"{argument} names {', '.join(outside)}, not among the patches applied "
+                         f"({', '.join(selected) or 'none'})")
+    return chosen
 
 
 _environment_read = False

@@ -41,6 +41,7 @@ SWITCH = "switch"  #: ``TMPATCH`` itself: on/off
 NAMES = "names"  #: patch names, comma-separated in the environment
 FLAG = "flag"  #: a boolean
 CHOICE = "choice"  #: one word of ``choices``
+FLAG_OR_NAMES = "flag or names"  #: a boolean, or patch names (comma-separated in the environment)
 
 
 class Setting:
@@ -72,6 +73,8 @@ class Setting:
             return "comma-separated patch names (e.g. safe_divide,nan_check)"
         if self.kind in (FLAG, SWITCH):
             return f"{'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}"
+        if self.kind == FLAG_OR_NAMES:
+            return f"{'/'.join(TRUE_WORDS)}, {'/'.join(FALSE_WORDS)} or comma-separated patch names"
         return "one of " + ", ".join(self.choices)
 
     @property
@@ -81,6 +84,8 @@ class Setting:
             return "NAMES"
         if self.kind in (FLAG, SWITCH):
             return "1"
+        if self.kind == FLAG_OR_NAMES:
+            return "1|NAMES"
         return "|".join(self.choices)
 
     def parse(self, text: str) -> object:
@@ -95,11 +100,13 @@ class Setting:
         word = word.lower()
         if not word:
             raise ValueError(f"is empty; use {self.form}")
-        if self.kind in (FLAG, SWITCH):
+        if self.kind in (FLAG, SWITCH, FLAG_OR_NAMES):
             if word in TRUE_WORDS:
                 return True
             if word in FALSE_WORDS:
                 return False
+            if self.kind == FLAG_OR_NAMES:
+                return tuple(part for part in text.replace(",", " ").split() if part)
         elif word in self.choices:
             return word
         raise ValueError(f"not understood; use {self.form}")
@@ -119,7 +126,7 @@ class Setting:
 
     def to_text(self, value: object) -> str:
         """The inverse of :meth:`parse`."""
-        if self.kind == NAMES:
+        if self.kind == NAMES or (self.kind == FLAG_OR_NAMES and not isinstance(value, bool)):
             return ",".join(value)  # type: ignore[arg-type]
         if isinstance(value, bool):
             return "1" if value else "0"
@@ -142,8 +149,9 @@ SETTINGS = (
             kind=SWITCH, keyword=False, variable=PREFIX, default=False),
     Setting("patches", "only these patches, comma-separated (unset: all)", kind=NAMES),
     Setting("exclude", "all patches but these, comma-separated", kind=NAMES),
-    Setting("strict", "importing torchmetrics fails if a requested patch cannot be applied",
-            kind=FLAG, default=False),
+    Setting("strict", "importing torchmetrics fails if a requested patch (or one of the patches named) cannot be "
+            "applied whole; the error names the targets left alone",
+            kind=FLAG_OR_NAMES, default=False),
     Setting("log_level", "send tmpatch's log records from this level to stderr", choices=LOG_LEVELS,
             keyword=False),
     Setting("nan_check", "when the nan_check patch reports NaN values: at the next compute() (deferred), "

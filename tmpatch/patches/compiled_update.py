@@ -71,7 +71,7 @@ from typing import Any, Callable, Dict, List, Optional
 from tmpatch.runtime import compiled
 from tmpatch.runtime import policies
 from tmpatch.runtime.compiled import compiling, pending
-from tmpatch.spec import LEAVE, Edit, Patch, Rewrite, Setting, Target, Variant, since, span
+from tmpatch.spec import LEAVE, Edit, Patch, Rewrite, Setting, Target, Together, Variant, since, span
 
 log = logging.getLogger("tmpatch")
 
@@ -503,6 +503,9 @@ PATCH = Patch(
         Setting("torchmetrics.metric", f"Metric.{COUNT}", _count_slot),
         Setting("torchmetrics.utilities.data", "_XLA_AVAILABLE", _xla_answer),
     ),
+    together=(Together("one repair of a compiled update: the count's tally and descriptor, the collection's count "
+                       "copy, the keyword filter and the logits test; without one of them a compiled step still "
+                       "recompiles or breaks its graph"),),
     targets=(
         Target(
             module="torchmetrics.metric",

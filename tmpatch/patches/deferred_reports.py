@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tmpatch.runtime import deferred
 from tmpatch.runtime.compiled import compiling
-from tmpatch.spec import DEFERRED, Label, Patch, Target, Variant, since, span
+from tmpatch.spec import DEFERRED, Label, Patch, Target, Together, Variant, since, span
 
 
 def _settling(metric: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
@@ -250,6 +250,8 @@ PATCH = Patch(
         Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
               file="tmpatch/runtime/deferred/settling.py"),
     ),
+    together=(Together("the settle points keep the books together: without one of them a report would be lost "
+                       "or come late"),),
     targets=(
         Target(
             module=_METRIC,

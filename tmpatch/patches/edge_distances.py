@@ -52,7 +52,7 @@ from tmpatch.runtime import deferred
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.runtime.device_tensors import to_device
-from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
+from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Together, Variant, gated, since, span
 
 
 _NOTE = ("reported at {point} instead of in update(). Unlike without tmpatch, those batches were added to the "
@@ -271,6 +271,10 @@ PATCH = Patch(
               file="functional/segmentation/utils.py",
               function="check_if_binarized|mask_edges|binary_erosion|surface_distance|distance_transform"),
     ),
+    together=(Together("the marked update measures the edges with all of them (their code decides what the measure "
+                       "reproduces)", targets=("check_if_binarized", "mask_edges", "edge_surface_distance",
+                                               "surface_distance", "distance_transform", "hausdorff_distance",
+                                               "HausdorffDistance.update")),),
     targets=(
         Target(module=_UTILS, qualname="check_if_binarized", present=_HERE, shared=True,
                variants=(Variant(span("1.5.0", "1.9.0"), "15c248413522d448", build_check),)),

@@ -42,7 +42,7 @@ from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
-from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Together, Variant, since, span
 
 
 def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
@@ -168,6 +168,13 @@ PATCH = Patch(
         Label(PATCHED, "torch.unique of the group ids (fairness update; the fairness_groups patch removes it) or "
               "of the query ids (retrieval compute, where the query sizes set the split)",
               function="_flexible_bincount", op="aten._unique2"),
+    ),
+    together=(
+        Together("the group counts made in the one are added to the states by the other",
+                 targets=("_binary_groups_stat_scores", "_AbstractGroupStatScores._update_states")),
+        Together("the update marks the group counts of those two",
+                 targets=("BinaryGroupStatRates.update", "BinaryFairness.update"),
+                 on=("_binary_groups_stat_scores", "_AbstractGroupStatScores._update_states")),
     ),
     targets=(
         Target(

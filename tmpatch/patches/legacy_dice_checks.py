@@ -44,7 +44,8 @@ from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.runtime.device_tensors import built, swap
-from tmpatch.spec import INHERENT, PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, gated, since, span
+from tmpatch.spec import (INHERENT, PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Together, Variant, gated,
+                          since, span)
 
 
 #: check key -> the release's message (the same text in 1.0.0-1.6.3)
@@ -218,6 +219,10 @@ PATCH = Patch(
               "the data (the one-hot shape depends on it)", function="_input_format_classification",
               op="aten._local_scalar_dense", patch="legacy_dice_checks"),
     ),
+    together=(Together("the checks are deferred only in the update that marks them, and to_onehot keeps the labels "
+                       "of a deferred check in range", targets=("Dice.update", "_basic_input_validation",
+                       "_check_shape_and_type_consistency", "_check_classification_inputs", "_check_num_classes_mc",
+                       "to_onehot")),),
     targets=(
         _one("torchmetrics.classification.dice", "Dice.update", "b9bbf0b964772961", build_update),
         _two(_CHECKS, "_basic_input_validation", ("30bdd278637ba82b", BASIC_0), ("553e06529addbed1", BASIC)),

@@ -49,7 +49,7 @@ from tmpatch.runtime import host
 from tmpatch.runtime.compiled import ContextSlot, compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.device_tensors import device_tensor
-from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Together, Variant, since, span
 
 
 #: the most runs of consecutive ids tested one by one; more use a lookup table
@@ -225,6 +225,9 @@ PATCH = Patch(
               "unknown-category check; the panoptic_preprocess patch puts it with torch.where and defers the check",
               function="_prepocess_inputs"),
     ),
+    together=(Together("the update marks the unknown-category check, which _prepocess_inputs defers in a marked "
+                       "update", targets=("PanopticQuality.update", "ModifiedPanopticQuality.update"),
+                       on=("_prepocess_inputs",)),),
     targets=(
         Target(module=_COMMON, qualname="_isin", variants=(
             Variant(span("1.0.0", "1.5.2"), "1ae655e1feaa3679", ISIN),

@@ -39,7 +39,7 @@ from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
-from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, gated, since, span
+from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Together, Variant, gated, since, span
 
 
 #: the release's message (the same text in every release 1.0.0-1.9.0)
@@ -123,6 +123,9 @@ PATCH = Patch(
               "to their list states (the states hold the kept values)",
               function="_check_retrieval_inputs", op="aten.index", patch="retrieval_check"),
     ),
+    together=(Together("they mark the update for the check, which defers only in a marked update",
+                       targets=("RetrievalMetric.update", "RetrievalPrecisionRecallCurve.update"),
+                       on=("_check_retrieval_target_and_prediction_types",)),),
     targets=(
         Target(
             module=_CHECKS,

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Tuple
 from tmpatch.runtime import host, deferred
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.runtime.compiled import compiling
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span, inline
+from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Together, Variant, since, span, inline
 
 
 #: torch's message for a singular system (``torch.linalg.solve``, torch 2.1-2.13)
@@ -134,6 +134,7 @@ PATCH = Patch(
               "a singular system; the sdr_solve patch counts it on the device and reports at compute()",
               function="signal_distortion_ratio", op="aten._linalg_check_errors"),
     ),
+    together=(Together("the solve is deferred only in the update that marks it"),),
     targets=(
         Target(module="torchmetrics.functional.audio.sdr", qualname="signal_distortion_ratio", variants=(
             # 0.10: ``solve = torch.linalg.solve`` from torch 1.8 (a fall-back below, never taken here)

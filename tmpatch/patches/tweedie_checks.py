@@ -33,7 +33,7 @@ from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Together, Variant, since, span
 
 
 #: check key -> the release's message after ``For power={power}, ``
@@ -127,6 +127,7 @@ PATCH = Patch(
               "patch counts it on the device and reports at compute()",
               function="_tweedie_deviance_score_update", op="aten._local_scalar_dense"),
     ),
+    together=(Together("the check is deferred only in the update that marks it"),),
     targets=(
         Target(module="torchmetrics.functional.regression.tweedie_deviance", qualname="_tweedie_deviance_score_update",
                variants=(Variant(span("0.10.0", "1.5.2"), "f5e302d79c8e37f4", CHECKS),

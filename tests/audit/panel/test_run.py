@@ -9,6 +9,7 @@ import pytest
 import tmpatch
 from tmpatch.audit import SyncKind, SyncPoint
 from tmpatch.audit.panel import rows as panel_rows, run as panel_module
+from tmpatch.control.report import State
 from tmpatch.audit.panel.run import INHERENT, PATCH, TOLERATED, UPSTREAM, VALIDATION, label_for, run_panel
 
 from tests.audit.helpers import counts_with_bincount, release_in
@@ -57,9 +58,17 @@ def _upstream_cannot_run(row) -> bool:
     return False
 
 
+def _default(panel):
+    """The panel's default rows (after them: the rows of the patches not in force here, if any)."""
+    return panel.rows[:len(panel_rows.ROWS)]
+
+
 def test_every_row_ran(panel):
-    assert [row.name for row in panel.rows] == list(panel_rows.ROW_NAMES)
-    for row in panel.rows:
+    assert [row.name for row in _default(panel)] == list(panel_rows.ROW_NAMES)
+    lost = [f"{name} ({state})" for name, state in panel.patch_states.items() if state in State.PROBLEMS]
+    assert all(row.stands_for and set(row.stands_for) <= set(lost) for row in panel.rows[len(panel_rows.ROWS):])
+    assert {label for row in panel.rows for label in row.stands_for} == set(lost)  # each has its rows
+    for row in _default(panel):
         if _upstream_cannot_run(row):
             assert not row.available and "raises RuntimeError" in row.why_na and not row.error, row.name
             continue
@@ -74,7 +83,7 @@ def test_every_row_ran(panel):
 
 
 def test_patched_updates_sync_only_where_labelled_and_tolerated(panel):
-    for row in panel.rows:
+    for row in _default(panel):
         if _upstream_cannot_run(row) or _not_here(row):
             continue
         patched = row.update["patched"]
@@ -261,7 +270,7 @@ def test_training_step_row(panel):
 
 def test_json_ready_and_tmpatch_left_reverted(panel):
     data = json.loads(json.dumps(panel.to_dict()))
-    assert data["torchmetrics"] == panel.release and len(data["rows"]) == len(panel_rows.ROWS)
+    assert data["torchmetrics"] == panel.release and len(data["rows"]) == len(panel.rows) >= len(panel_rows.ROWS)
     assert all(row["state"] != "applied" for row in tmpatch.status().to_dict())
 
 
@@ -315,3 +324,71 @@ def test_non_syncs_never_fail_a_row():
     assert not row.fails() and "device mismatch (not a sync)" in row.notes()
     report.add(SyncPoint(SyncKind.FORMAT, "Tensor.__format__", "/x/user.py:5", "mystery"))
     assert row.fails() and "unexplained sync" in row.notes()
+
+
+# -- patches not in force: their rows join the default panel ---------------------------------------------------------
+def test_every_patch_has_rows_that_show_its_repair_or_says_why_none_can():
+    for name in tmpatch.patch_names():
+        assert (name in panel_rows.WITNESSES) != (name in panel_rows.UNMEASURED), name
+        for row in panel_rows.WITNESSES.get(name, ()):
+            assert panel_module.find_row(row).name == row
+    assert set(panel_rows.WITNESSES) | set(panel_rows.UNMEASURED) == set(tmpatch.patch_names())
+    assert not set(panel_rows.PATCH_ROW_NAMES) & set(panel_rows.ROW_NAMES)
+
+
+@pytest.fixture(scope="module")
+def patch_rows():
+    return run_panel(panel_rows.PATCH_ROW_NAMES)
+
+
+def test_each_patch_row_shows_a_repair_where_its_patches_apply(patch_rows):
+    """Each row of PATCH_ROWS syncs less patched than unpatched wherever a patch it stands for is
+    applied (the test can fail: a row whose inputs miss the defect)."""
+    assert [row.name for row in patch_rows.rows] == list(panel_rows.PATCH_ROW_NAMES)
+    shown = {}
+    for row in patch_rows.rows:
+        patches = [p for p, rows in panel_rows.WITNESSES.items() if row.name in rows]
+        if not row.available or not any(_applied(patch_rows, p) for p in patches):
+            continue
+        assert not row.error, row.error
+        before, after = (sum(a.count for a in (row.update.get(mode), row.compute.get(mode)) if a is not None)
+                         for mode in ("unpatched", "patched"))
+        shown[row.name] = (before, after)
+        assert after < before, (row.name, before, after, row.notes())
+    assert "PeakSignalNoiseRatio" in shown  # every release has it
+
+
+def _fork_of_psnr_update(preds, target, dim=None):  # a local fork: code tmpatch does not know
+    return preds, target
+
+
+def test_a_patch_not_in_force_gets_its_rows_and_counts_in_the_totals(monkeypatch):
+    import importlib
+
+    from tmpatch.audit.panel.text import render, totals
+
+    monkeypatch.setattr(panel_module, "ROWS", (panel_module.find_row("SumMetric"),))
+    psnr = importlib.import_module("torchmetrics.functional.image.psnr")
+    monkeypatch.setattr(psnr, "_psnr_update", _fork_of_psnr_update)  # the class keeps the release's own
+    panel = run_panel()
+    assert panel.patch_states["image_constants"] == "partial"
+    names = [row.name for row in panel.rows]
+    assert names[0] == "SumMetric" and "PeakSignalNoiseRatio" in names and "StructuralSimilarityIndexMeasure" in names
+    row = panel["PeakSignalNoiseRatio"]
+    assert row.stands_for == ["image_constants (partial)"]
+    assert (row.update["unpatched"].count, row.update["patched"].count) == (1, 1)  # its repair is the one lost
+    text = render(panel)
+    assert "PeakSignalNoiseRatio" in text and "image_constants (partial)" in text
+    assert "1 of " in panel.code and "torchmetrics.functional.image.psnr._psnr_update" in panel.code
+    assert f"{len([r for r in panel.rows if r.available])} rows audited" in totals(panel.rows)
+
+
+def test_a_patch_no_row_can_measure_gets_a_row_saying_so():
+    from tmpatch.audit.panel.text import render, shown
+
+    rows, results = panel_module._stand_in([], [], {"coalesced_sync": "mismatch"})
+    assert rows == [] and [r.name for r in results] == ["coalesced_sync"]
+    assert not results[0].available and shown(results[0])
+    assert results[0].why_na.startswith("coalesced_sync (mismatch): not measured by the panel: it syncs states")
+    text = render(panel_module.Panel("x", "simulated", {}, results))
+    assert "coalesced_sync" in text and "not measured by the panel" in text

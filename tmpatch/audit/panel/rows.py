@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -209,6 +209,130 @@ ROWS: Tuple[Row, ...] = (
 )
 
 ROW_NAMES: Tuple[str, ...] = tuple(row.name for row in ROWS)
+
+
+# --- the rows of patches not in force ------------------------------------------------------------
+
+def _ints(high: int, *shape: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, high, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _one_hot(classes: int = 3, seed: int = 1) -> torch.Tensor:
+    return torch.nn.functional.one_hot(_ints(classes, 2, 8, 8, seed=seed), classes).permute(0, 3, 1, 2)
+
+
+def _images(*shape: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    return torch.rand(*shape, generator=_gen()), torch.rand(*shape, generator=torch.Generator().manual_seed(1))
+
+
+def _metric_row(name: str, where: str, make: Callable[[], dict], inputs: Callable[[], Tuple[tuple, dict]],
+                doc: str = "") -> Row:
+    """A row of ``where`` (``module:Class``) built with ``make()``'s keywords, updated with ``inputs()``."""
+    def build() -> List[Call]:
+        args, kwargs = inputs()
+        return [(_resolve(where)(**make()), args, kwargs)]
+
+    return Row(name, build, (where,), doc=doc)
+
+
+def _panoptic() -> Tuple[tuple, dict]:
+    preds = torch.stack([_ints(3, 1, 8, 8), _ints(2, 1, 8, 8, seed=3)], dim=-1)
+    target = torch.stack([_ints(3, 1, 8, 8, seed=2), _ints(2, 1, 8, 8, seed=4)], dim=-1)
+    return (preds, target), {}
+
+
+def _si_sdr() -> Any:
+    return _resolve("torchmetrics.functional.audio:scale_invariant_signal_distortion_ratio")
+
+
+_IMAGE, _SEG, _AUDIO = "torchmetrics.image", "torchmetrics.segmentation", "torchmetrics.audio"
+
+#: rows that show what a patch repairs where the default rows do not: the default panel adds a patch's
+#: rows (:data:`WITNESSES`) where the patch is not in force, so that its totals show what is lost
+PATCH_ROWS: Tuple[Row, ...] = (
+    _metric_row("RetrievalMAP", f"{TM}:RetrievalMAP", dict,
+                lambda: ((torch.rand(8, generator=_gen()), _ints(2, 8)), {"indexes": _ints(2, 8, seed=2)})),
+    _metric_row("CramersV", "torchmetrics.nominal:CramersV", lambda: {"num_classes": 3},
+                lambda: ((_ints(3, 6), _ints(3, 6, seed=2)), {}), doc="num_classes=3"),
+    # as many groups as rows: simulated torch.unique keeps every element (as _mc_row's batch of 5)
+    _metric_row("BinaryFairness", f"{CLS}:BinaryFairness", lambda: {"num_groups": 6, "validate_args": False},
+                lambda: ((torch.rand(6, generator=_gen()), _ints(2, 6)), {"groups": _ints(6, 6, seed=3)}),
+                doc="num_groups=6, validate_args=False"),
+    _metric_row("BinaryHingeLoss", f"{CLS}:BinaryHingeLoss", lambda: {"validate_args": False},
+                lambda: ((torch.rand(6, generator=_gen()), _ints(2, 6)), {}), doc="validate_args=False"),
+    _metric_row("LogCoshError", f"{TM}:LogCoshError", dict, lambda: (_regression(), {})),
+    _metric_row("PeakSignalNoiseRatio", f"{_IMAGE}:PeakSignalNoiseRatio", lambda: {"data_range": 1.0},
+                lambda: (_images(2, 3, 8, 8), {}), doc="data_range=1.0"),
+    _metric_row("StructuralSimilarityIndexMeasure", f"{_IMAGE}:StructuralSimilarityIndexMeasure", dict,
+                lambda: (_images(1, 2, 12, 12), {}), doc="data_range=None"),
+    _metric_row("VisualInformationFidelity", f"{_IMAGE}:VisualInformationFidelity", dict,
+                lambda: (_images(1, 1, 41, 41), {})),
+    _metric_row("GeneralizedDiceScore", f"{_SEG}:GeneralizedDiceScore", lambda: {"num_classes": 3},
+                lambda: ((_one_hot(), _one_hot(seed=2)), {}), doc="num_classes=3, one-hot"),
+    _metric_row("MeanIoU", f"{_SEG}:MeanIoU", lambda: {"num_classes": 3},
+                lambda: ((_one_hot(), _one_hot(seed=2)), {}), doc="num_classes=3, one-hot"),
+    _metric_row("HausdorffDistance", f"{_SEG}:HausdorffDistance", lambda: {"num_classes": 3},
+                lambda: ((_one_hot(), _one_hot(seed=2)), {}), doc="num_classes=3, one-hot"),
+    _metric_row("Perplexity (ignore_index)", "torchmetrics.text:Perplexity", lambda: {"ignore_index": 0},
+                lambda: ((torch.randn(2, 4, 5, generator=_gen()), _ints(5, 2, 4)), {}), doc="ignore_index=0"),
+    _metric_row("MultioutputWrapper", "torchmetrics.wrappers:MultioutputWrapper",
+                lambda: {"base_metric": _resolve(f"{TM}:MeanSquaredError")(), "num_outputs": 2, "remove_nans": False},
+                lambda: ((torch.randn(6, 2, generator=_gen()), torch.randn(6, 2)), {}),
+                doc="MeanSquaredError, num_outputs=2, remove_nans=False"),
+    _metric_row("PanopticQuality", "torchmetrics.detection:PanopticQuality",
+                lambda: {"things": {0, 1}, "stuffs": {2}}, _panoptic, doc="things={0, 1}, stuffs={2}"),
+    _metric_row("PearsonCorrCoef", f"{TM}:PearsonCorrCoef", dict, lambda: (_regression(), {})),
+    _metric_row("Dice", f"{TM}:Dice", lambda: {"num_classes": 5}, lambda: (_multiclass(5, 6), {}),
+                doc="num_classes=5 (the legacy Dice, to 1.6.3)"),
+    _metric_row("TweedieDevianceScore (power=2)", f"{TM}:TweedieDevianceScore", lambda: {"power": 2.0},
+                lambda: ((torch.rand(8, generator=_gen()) + 0.1, torch.rand(8) + 0.1), {}), doc="power=2.0"),
+    _metric_row("PermutationInvariantTraining", f"{_AUDIO}:PermutationInvariantTraining",
+                lambda: {"metric_func": _si_sdr(), "eval_func": "max"},
+                lambda: ((torch.randn(2, 2, 32, generator=_gen()), torch.randn(2, 2, 32)), {}),
+                doc="scale-invariant SDR, 2 speakers"),
+    _metric_row("SignalDistortionRatio", f"{_AUDIO}:SignalDistortionRatio", lambda: {"filter_length": 8},
+                lambda: ((torch.randn(2, 64, generator=_gen()), torch.randn(2, 64)), {}), doc="filter_length=8"),
+)
+
+#: for each patch, the rows (of :data:`ROWS` or :data:`PATCH_ROWS`) whose syncs it removes
+WITNESSES: Dict[str, Tuple[str, ...]] = {
+    "deferred_reports": ("training step",),  # the reports the others defer: NaN values, classes out of range
+    "safe_divide": ("_safe_divide",),
+    "cumsum_device": ("_cumsum",),
+    "mean_default_weight": ("MeanMetric (default weight)",),
+    "nan_check": ("SumMetric",),
+    "bincount": ("MulticlassAccuracy",),
+    "retrieval_check": ("RetrievalMAP",),
+    "nominal_bincount": ("CramersV",),
+    "fairness_groups": ("BinaryFairness",),
+    "classification_masks": ("BinaryHingeLoss",),
+    "vif_masks": ("VisualInformationFidelity",),
+    "dice_weights": ("GeneralizedDiceScore",),
+    "perplexity_mask": ("Perplexity (ignore_index)",),
+    "logits_check": ("BinaryAccuracy",),
+    "scalar_tensors": ("LogCoshError", "BinaryHingeLoss"),
+    "image_constants": ("PeakSignalNoiseRatio", "StructuralSimilarityIndexMeasure", "VisualInformationFidelity"),
+    "wrapper_indices": ("MultioutputWrapper",),
+    "panoptic_preprocess": ("PanopticQuality",),
+    "panoptic_matching": ("PanopticQuality",),
+    "edge_distances": ("HausdorffDistance",),
+    "pearson_update": ("PearsonCorrCoef",),
+    "segmentation_format": ("MeanIoU", "GeneralizedDiceScore"),
+    "legacy_dice_checks": ("Dice",),
+    "tweedie_checks": ("TweedieDevianceScore (power=2)",),
+    "pit_permutations": ("PermutationInvariantTraining",),
+    "sdr_solve": ("SignalDistortionRatio",),
+}
+
+#: the patches whose repair no panel row can count, and why
+UNMEASURED: Dict[str, str] = {
+    "gather_autograd": "it keeps the autograd graph of a state gathered across ranks, no sync the panel counts",
+    "coalesced_sync": "it syncs states across ranks in fewer collectives; the panel runs one process",
+    "compiled_update": "it shows in compiled code: tmpatch audit --graph-breaks, or --step with a compiled step",
+    "update_bookkeeping": "it saves host time only (benchmarks/update_host_time.py)",
+}
+
+PATCH_ROW_NAMES: Tuple[str, ...] = tuple(row.name for row in PATCH_ROWS)
 
 
 # --- running a row's calls ---------------------------------------------------------------------

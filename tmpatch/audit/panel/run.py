@@ -13,10 +13,11 @@ validation) or removed by a tmpatch patch that is not in effect.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -24,7 +25,9 @@ from tmpatch.audit.oracle.api import audit, _use_real
 from tmpatch.audit.oracle.breaks import Breaks
 from tmpatch.audit.modes import deterministic, restored_patches
 from tmpatch.audit.oracle.report import AuditReport, SyncKind, SyncPoint
-from tmpatch.audit.panel.rows import ROWS, Row, _resolve, breaks_of_row, update_all as _update_all
+from tmpatch.audit.panel.rows import (PATCH_ROWS, ROWS, UNMEASURED, WITNESSES, Row, _resolve, breaks_of_row,
+                                      update_all as _update_all)
+from tmpatch.control.report import State
 import tmpatch
 
 log = logging.getLogger("tmpatch")
@@ -68,8 +71,9 @@ def label_for(point: SyncPoint) -> Optional[Label]:
 # --- rows: tmpatch/audit/panel/rows.py -------------------------------------------------------------
 
 def find_row(name: str) -> Row:
-    """The row called ``name`` (case-insensitive); ``KeyError`` if none."""
-    for row in ROWS:
+    """The row called ``name`` (case-insensitive; a default row or a patch's, :data:`PATCH_ROWS`);
+    ``KeyError`` if none."""
+    for row in ROWS + PATCH_ROWS:
         if row.name.lower() == name.lower():
             return row
     raise KeyError(name)
@@ -128,12 +132,16 @@ class RowResult:
     update: Dict[str, Audited] = field(default_factory=dict)  #: "unpatched"/"patched"
     compute: Dict[str, Audited] = field(default_factory=dict)
     breaks: Dict[str, Breaks] = field(default_factory=dict)  #: graph breaks of update, by mode (if asked)
+    #: the patches not in force (``patch (state)``) whose repair this row shows: it is in the default table
+    stands_for: List[str] = field(default_factory=list)
 
     def notes(self) -> List[str]:
         """The distinct reasons of the patched syncs (update and compute), in order."""
         if not self.available:
             return [self.why_na]
         reasons: List[str] = [f"error: {self.error}"] if self.error else []
+        if self.stands_for:
+            reasons.append(f"not in force: {', '.join(self.stands_for)}")
         for audited in (self.update.get("patched"), self.compute.get("patched")):
             if audited is None:
                 continue
@@ -179,6 +187,7 @@ class RowResult:
             "compute": {mode: a.to_dict() for mode, a in self.compute.items()},
             "graph_breaks": {mode: b.to_dict() for mode, b in self.breaks.items()} or None,
             "notes": self.notes(), "fixed_by": self.fixed_by(), "fails": self.fails(),
+            "not_in_force": self.stands_for or None,
         }
 
 
@@ -190,6 +199,8 @@ class Panel:
     mode: str
     patch_states: Dict[str, str]
     rows: List[RowResult]
+    #: the release with how far its code is a known release's (``tmpatch.status().release``)
+    code: str = ""
 
     def __getitem__(self, name: str) -> RowResult:
         for row in self.rows:
@@ -202,8 +213,8 @@ class Panel:
         return [row for row in self.rows if row.fails()]
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"torchmetrics": self.release, "mode": self.mode, "patches": self.patch_states,
-                "rows": [row.to_dict() for row in self.rows]}
+        return {"torchmetrics": self.release, "code": self.code or self.release, "mode": self.mode,
+                "patches": self.patch_states, "rows": [row.to_dict() for row in self.rows]}
 
 
 # --- running -----------------------------------------------------------------------------------
@@ -236,10 +247,84 @@ def _available(row: Row) -> Tuple[bool, str]:
     return True, ""
 
 
+@contextlib.contextmanager
+def _said(once: bool) -> Iterator[None]:
+    """With ``once``: tmpatch's warnings of a patch not in force, said at the panel's first apply(),
+    are not said again by the next."""
+    level = log.level
+    if once:
+        log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _not_in_force(states: Dict[str, str]) -> Dict[str, str]:
+    """``{patch: state}`` of the patches not (wholly) in force: partial, mismatch, unsupported, failed."""
+    return {name: state for name, state in states.items() if state in State.PROBLEMS}
+
+
+def _stand_in(rows: List[Row], results: List[RowResult], lost: Dict[str, str]) -> Tuple[List[Row], List[RowResult]]:
+    """The rows to add for the patches ``lost`` (not in force), their results marked; a patch whose repair no
+    row counts gets an n/a row saying so (:data:`UNMEASURED`). The rows already there are marked too."""
+    names = [row.name for row in rows]
+    added_rows: List[Row] = []
+    added: List[RowResult] = []
+    for patch, state in lost.items():
+        label = f"{patch} ({state})"
+        if patch in UNMEASURED:
+            added.append(RowResult(patch, False, why_na=f"{label}: not measured by the panel: {UNMEASURED[patch]}",
+                                   stands_for=[label]))
+            continue
+        for name in WITNESSES.get(patch, ()):
+            if name not in names:
+                row = find_row(name)
+                ok, why = _available(row)
+                added_rows.append(row)
+                added.append(RowResult(row.name, ok, row.doc, why, row.helper))
+                names.append(name)
+            result = next(r for r in results + added if r.name == name)
+            if label not in result.stands_for:
+                result.stands_for.append(label)
+    return added_rows, added
+
+
+def _audit_rows(rows: List[Row], results: List[RowResult], mode: str, real: Optional[bool],
+                device_for: Optional[Callable[[str], str]], breaks: bool) -> None:
+    """Audit each available row in ``mode`` (tmpatch applied or not, by the caller) into its result."""
+    import torchmetrics
+
+    for row, result in zip(rows, results):
+        if not result.available:
+            continue
+        log.debug("tmpatch.audit: panel row %s, %s", row.name, mode)
+        try:
+            device = row.device if device_for is None else device_for(row.device)
+            update, compute = _audit_row(row, mode == "patched", real, device)
+        except Exception as exc:  # noqa: BLE001 - one broken row must not hide the others
+            if mode == "unpatched":  # the release itself cannot run the call (an upstream bug)
+                result.available = False
+                result.why_na = f"n/a: torchmetrics {torchmetrics.__version__} raises {type(exc).__name__}: {exc}"
+                log.info("tmpatch.audit: panel row %s: %s", row.name, result.why_na)
+                continue
+            log.warning("tmpatch.audit: panel row %s (%s) failed: %r", row.name, mode, exc)
+            result.error = f"{mode}: {type(exc).__name__}: {exc}"
+            continue
+        result.update[mode] = update
+        if compute is not None:
+            result.compute[mode] = compute
+        if breaks:
+            result.breaks[mode] = breaks_of_row(row)
+
+
 def run_panel(names: Optional[Sequence[str]] = None, real: Optional[bool] = None,
               device_for: Optional[Callable[[str], str]] = None, breaks: bool = False) -> Panel:
     """Audit the rows named (default: all; in panel order), unpatched then patched; tmpatch is
-    left as found. ``KeyError`` for an unknown name.
+    left as found. ``KeyError`` for an unknown name. The default panel adds, for each patch not
+    in force (partial, mismatch, unsupported, failed), the rows that show its repair
+    (:data:`WITNESSES`; an n/a row where none can, :data:`UNMEASURED`), so that its totals
+    count what is lost.
 
     ``real``: see :func:`tmpatch.audit.audit` (None: a GPU when there is one).
     ``device_for`` maps a row's device to the one used (a GPU with one device runs the
@@ -250,39 +335,33 @@ def run_panel(names: Optional[Sequence[str]] = None, real: Optional[bool] = None
     import torchmetrics
 
     wanted = None if names is None else {find_row(n).name for n in names}
-    rows = [row for row in ROWS if wanted is None or row.name in wanted]  # panel order
+    rows = [row for row in ROWS + PATCH_ROWS if row.name in wanted] if wanted is not None else list(ROWS)
     results = []
     for row in rows:
         ok, why = _available(row)
         results.append(RowResult(row.name, ok, row.doc, why, row.helper))
     with restored_patches():
-        states: Dict[str, str] = {}
-        for mode in ("unpatched", "patched"):
-            if mode == "patched":
-                states = tmpatch.apply().states()
-            else:
+        lost: Dict[str, str] = {}
+        if wanted is None:
+            lost = _not_in_force(tmpatch.apply().states())
+            more_rows, more = _stand_in(rows, results, lost)
+            rows, results = rows + more_rows, results + more
+        tmpatch.revert()
+        _audit_rows(rows, results, "unpatched", real, device_for, breaks)
+        with _said(once=wanted is None):
+            tmpatch.apply()
+        _audit_rows(rows, results, "patched", real, device_for, breaks)
+        report = tmpatch.status()  # after the rows: a module they imported applied its patches
+        if wanted is None:  # a patch pending until a row imported its module, and not in force then
+            later = {name: state for name, state in _not_in_force(report.states()).items() if name not in lost}
+            more_rows, more = _stand_in(rows, results, later)
+            if more_rows:
                 tmpatch.revert()
-            for row, result in zip(rows, results):
-                if not result.available:
-                    continue
-                log.debug("tmpatch.audit: panel row %s, %s", row.name, mode)
-                try:
-                    device = row.device if device_for is None else device_for(row.device)
-                    update, compute = _audit_row(row, mode == "patched", real, device)
-                except Exception as exc:  # noqa: BLE001 - one broken row must not hide the others
-                    if mode == "unpatched":  # the release itself cannot run the call (an upstream bug)
-                        result.available = False
-                        result.why_na = f"n/a: torchmetrics {torchmetrics.__version__} raises {type(exc).__name__}: {exc}"
-                        log.info("tmpatch.audit: panel row %s: %s", row.name, result.why_na)
-                        continue
-                    log.warning("tmpatch.audit: panel row %s (%s) failed: %r", row.name, mode, exc)
-                    result.error = f"{mode}: {type(exc).__name__}: {exc}"
-                    continue
-                result.update[mode] = update
-                if compute is not None:
-                    result.compute[mode] = compute
-                if breaks:
-                    result.breaks[mode] = breaks_of_row(row)
-            if mode == "patched":
-                states = tmpatch.status().states()  # after the rows: a module they imported applied its patches
-    return Panel(torchmetrics.__version__, "real" if _use_real(real) else "simulated", states, results)
+                _audit_rows(more_rows, more, "unpatched", real, device_for, breaks)
+                with _said(once=True):
+                    tmpatch.apply()
+                _audit_rows(more_rows, more, "patched", real, device_for, breaks)
+                report = tmpatch.status()
+            results += more
+    return Panel(torchmetrics.__version__, "real" if _use_real(real) else "simulated", report.states(), results,
+                 report.release)

@@ -49,8 +49,11 @@ def _counts(part: Dict[str, object]) -> Tuple[int, int]:
 
 
 def shown(row: RowResult) -> bool:
-    """Whether a row is in the default table: its audit failed, or its counts change, or its
-    patched calls still have a point (a sync or an event reported apart); n/a rows are not."""
+    """Whether a row is in the default table: it shows a patch not in force, or its audit failed,
+    or its counts change, or its patched calls still have a point (a sync or an event reported
+    apart); other n/a rows are not."""
+    if row.stands_for:
+        return True
     if row.error or not row.available:
         return bool(row.error)
     before, after = row.breaks.get("unpatched"), row.breaks.get("patched")
@@ -106,6 +109,11 @@ def render(panel: Panel, verbose: bool = False, all_rows: bool = False) -> str:
         lines += [(head + body[0]).rstrip()] + [" " * start + more for more in body[1:]]
     lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 15)
     hidden = [row for row in panel.rows if row not in rows]
+    lost = [row for row in rows if row.stands_for]
+    if lost:
+        lines += fit(f"({len(lost)} {'rows show' if len(lost) > 1 else 'row shows'} what the patches not in force "
+                     "would repair: "
+                     + "; ".join(sorted({label for row in lost for label in row.stands_for})) + ")", 1)
     if hidden:
         na = sum(not row.available for row in hidden)
         lines += fit(f"({len(hidden) - na} rows with no sync, unpatched or patched, "
@@ -157,7 +165,7 @@ def header(panel: Panel) -> str:
     """The release, the mode, the patch states and how to read the counts."""
     mode = {"simulated": "simulated CUDA (no GPU needed: an oracle on fake CUDA tensors)",
             "real": "real GPU (torch.cuda.set_sync_debug_mode)"}.get(panel.mode, panel.mode)  # type: ignore
-    lines = [f"tmpatch audit: torchmetrics {panel.release}, {mode}"]
+    lines = fit(f"tmpatch audit: torchmetrics {panel.code or panel.release}, {mode}", 4)
     lines += patched_with(panel.patch_states)
     lines += ["sync points per call, unpatched -> patched. update: per update() (forward() runs it: a cost "
               "paid every step);", "compute: one compute() after one update, paid once per compute() "

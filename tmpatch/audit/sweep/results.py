@@ -118,6 +118,8 @@ class Sweep:
 
     release: str
     results: List[ClassResult]
+    #: the release with how far its code is a known release's (``tmpatch.status().release``)
+    code: str = ""
 
     @property
     def audited(self) -> List[ClassResult]:
@@ -146,7 +148,8 @@ class Sweep:
                 "not_covered": len(self.with_status("patched", NOT_COVERED, ERROR)), "skipped": len(self.skipped)}
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"torchmetrics": self.release, "totals": self.totals(), "not_inherent": self.not_inherent(),
+        return {"torchmetrics": self.release, "code": self.code or self.release, "totals": self.totals(),
+                "not_inherent": self.not_inherent(),
                 "classes": [r.to_dict() for r in self.results]}
 
 

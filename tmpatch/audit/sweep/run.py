@@ -18,6 +18,7 @@ import importlib
 import inspect
 import json
 import logging
+import textwrap
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -28,7 +29,7 @@ from tmpatch.audit.oracle.api import audit, audit_simulated
 from tmpatch.audit.oracle.report import AuditReport
 from tmpatch.audit.oracle.sim import copy_modules, cuda_device, module_owner, active
 from tmpatch.audit.sweep.args import input_candidates, kwargs_for, skip_reason
-from tmpatch.audit.sweep.results import MODES, ClassResult, Sweep, shorten, render
+from tmpatch.audit.sweep.results import MODES, WIDTH, ClassResult, Sweep, shorten, render
 import tmpatch
 from tmpatch.audit.modes import restored_patches
 
@@ -204,7 +205,7 @@ def run_sweep(names: Optional[Sequence[str]] = None, real: bool = False,
                         log.info("tmpatch.audit.sweep.run: %s (%s): %r", result.name, mode, exc)
                         if mode == "unpatched":
                             result.skipped = f"cannot be audited: {type(exc).__name__}: {shorten(str(exc), 100)}"
-    return Sweep(torchmetrics.__version__, results)
+    return Sweep(torchmetrics.__version__, results, tmpatch.status().release)  # what the gating found of its code
 
 
 # --- entry points ------------------------------------------------------------------------------
@@ -224,6 +225,8 @@ def report_text(as_json: bool = False, names: Optional[Sequence[str]] = None) ->
     sweep = run_sweep(names)
     if as_json:
         return json.dumps(sweep.to_dict(), indent=2)
-    return (f"tmpatch audit --all: torchmetrics {sweep.release}, simulated CUDA (no GPU needed); every concrete "
-            "Metric class,\nsyncs per call, unpatched -> patched; under each class its remaining syncs "
+    head = textwrap.fill(f"tmpatch audit --all: torchmetrics {sweep.code or sweep.release}, simulated CUDA (no GPU "
+                         "needed); every concrete Metric class,", WIDTH, subsequent_indent="    ",
+                         break_long_words=False, break_on_hyphens=False)
+    return (head + "\nsyncs per call, unpatched -> patched; under each class its remaining syncs "
             "(patched) and their cause\n\n" + render(sweep))

@@ -51,7 +51,7 @@ from typing import Optional
 from packaging.specifiers import SpecifierSet
 
 from tmpatch.patches.bincount import counting, formatters, metrics, updates
-from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, since, span
+from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Together, Variant, since, span
 
 _DATA = "torchmetrics.utilities.data"
 _STAT = "torchmetrics.classification.stat_scores"
@@ -90,6 +90,23 @@ PATCH = Patch(
         Label(INHERENT, "ignore_index: ignored positions dropped by a boolean index; inherent where the states keep "
               "the values (thresholds=None); the bincount patch leaves them out of binned counts",
               function=r"_(binary|multiclass)_precision_recall_curve_format", op="aten.index", patch="bincount"),
+    ),
+    together=(
+        Together("the codes they make for the positions left out are counted only by its fixed bins",
+                 on=("_bincount",)),
+        Together("the update is recorded only where the functions it counts with are repaired",
+                 targets=("MulticlassStatScores.update",), on=("_multiclass_stat_scores_update",)),
+        *(Together("the update is recorded only where the functions it counts with are repaired",
+                   targets=(f"{task.capitalize()}ConfusionMatrix.update",),
+                   on=tuple(f"_{task}_confusion_matrix_{part}" for part in parts))
+          for task, parts in (("binary", ("format", "update")), ("multiclass", ("format", "update")),
+                              ("multilabel", ("update",)))),
+        *(Together("the update is recorded only where the functions it counts with are repaired",
+                   targets=(f"{task.capitalize()}PrecisionRecallCurve.update",),
+                   on=tuple(f"_{task}_precision_recall_curve_{part}" for part in parts))
+          for task, parts in (("binary", ("format", "update", "update_vectorized")),
+                              ("multiclass", ("format", "update", "update_vectorized")),
+                              ("multilabel", ("update",)))),
     ),
     targets=(
         _one(_DATA, "_bincount",

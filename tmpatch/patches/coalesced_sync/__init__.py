@@ -37,7 +37,7 @@ from typing import Any, Callable
 from tmpatch.patches.coalesced_sync import flow
 from tmpatch.patches.coalesced_sync.plan import Rules
 from tmpatch.runtime import wrappers
-from tmpatch.spec import Patch, Recognised, Requirement, Target, Variant, since, span, told
+from tmpatch.spec import Patch, Recognised, Requirement, Target, Together, Variant, since, span, told
 
 #: fingerprints of ``torchmetrics.utilities.distributed.gather_all_tensors`` whose
 #: results this patch reproduces, and whether the local entry is the caller's tensor
@@ -122,6 +122,8 @@ PATCH = Patch(
     upstream="none (every release gathers each state on its own; PR #217 pre-concatenates list states)",
     changes="a rank that does not run coalesced_sync makes the sync fail (timeout or a clear error), never a value",
     relies_on=(GATHER_ALL,),
+    together=(Together("the collection syncs its metrics with Metric._sync_dist's exchange",
+                       targets=("MetricCollection.compute",), on=("Metric._sync_dist",)),),
     targets=(
         Target(
             module="torchmetrics.metric",

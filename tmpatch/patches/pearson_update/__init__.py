@@ -40,7 +40,7 @@ from __future__ import annotations
 from tmpatch.patches.pearson_update.knowledge import CLASS_MODULE
 from tmpatch.patches.pearson_update.wrappers import (build_apply, build_copy_state, build_init, build_reset,
                                                      build_update, edit)
-from tmpatch.spec import PATCHED, Decline, Label, Patch, Target, UPSTREAM, Variant, since, span
+from tmpatch.spec import PATCHED, Decline, Label, Patch, Target, Together, UPSTREAM, Variant, since, span
 
 __all__ = ["PATCH"]
 
@@ -63,6 +63,7 @@ PATCH = Patch(
               "a load, a merge, a sync, a copy or a move by a function other than .to()/.cuda()/...)",
               function="prior_positive"),
     ),
+    together=(Together("what the update knows of its counts is learned in the others"),),
     targets=(
         Target(module=_FUNCTIONAL, qualname="_pearson_corrcoef_update", variants=(
             Variant(span("1.0.0", "1.1.0"), "41180abb19e18973", edit("n_prior", None)),
