@@ -321,7 +321,7 @@ def test_fixture_and_marker_revert_only_what_they_applied(run, session):
         "valid names: " + ", ".join(NAMES),
         "*ERROR at setup of test_7_bad_keyword*",
         "@pytest.mark.tmpatch: unknown keyword(s) pathces (did you mean patches?); valid: patches, exclude, "
-        "strict, nan_check, bincount, update_count",
+        "strict, nan_check, bincount, checks, update_count",
     ])
     assert "During handling" not in result.stdout.str()
 

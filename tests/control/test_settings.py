@@ -35,7 +35,7 @@ def test_every_setting_once_with_a_variable_a_form_and_a_help_line():
         if setting.policy:
             assert setting.keyword and setting.kind == settings.CHOICE
             assert setting.default == setting.choices[0] == policies.current[setting.name]
-    assert set(settings.POLICIES) == {"nan_check", "bincount", "update_count"} == set(policies.current)
+    assert set(settings.POLICIES) == {"nan_check", "bincount", "checks", "update_count"} == set(policies.current)
 
 
 def test_every_keyword_setting_is_accepted_by_apply():

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
+from tests.patches.eager import assert_eager_is_the_release
 from tmpatch.patches import edge_distances as patch
 
 pytestmark = pytest.mark.skipif(not release_in(">=1.5.0"), reason="HausdorffDistance exists from 1.5.0")
@@ -192,3 +193,16 @@ def test_the_release_runs_outside_its_conditions(monkeypatch):
             HausdorffDistance(num_classes=3).update(*absent)
     finally:
         torch.set_default_dtype(default)
+
+
+@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("case", ["both masks empty", "not binarized"])
+def test_the_eager_policy_raises_the_releases_error_in_update(case, shortcuts):
+    good = (_masks(2, 1, 2, 8, 0.4), _masks(3, 1, 2, 8, 0.4))
+    if case == "both masks empty":
+        bad = (good[0].clone(), good[1].clone())
+        bad[0][0, 1], bad[1][0, 1] = 0, 0
+    else:
+        bad = (good[0] * 2, good[1])
+    assert_eager_is_the_release(lambda: HausdorffDistance(num_classes=2, include_background=True), [good], bad,
+                                ["edge_distances"], shortcuts)

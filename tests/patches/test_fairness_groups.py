@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
+from tests.patches.eager import assert_eager_is_the_release
 from tmpatch.runtime import deferred
 from tmpatch.patches import fairness_groups as patch
 
@@ -203,3 +204,14 @@ def test_the_marked_function_returns_the_releases_tuples_per_slot():
         for g, w in zip(got[slot], expected):
             assert_bitwise(g, w)
     assert [len(t) for t in got[1:3]] == [4, 4]
+
+
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_the_eager_policy_raises_the_releases_error_in_update(shortcuts):
+    """The release's IndexError, after adding the first num_groups groups: its states, too."""
+    preds = torch.tensor([0.9, 0.1, 0.8, 0.3, 0.7, 0.6])
+    target = torch.tensor([1, 0, 1, 1, 0, 1])
+    good = (preds[:3], target[:3], torch.tensor([0, 1, 1]))
+    bad = (preds, target, torch.tensor([0, 1, 2, 3, 3, 0]))  # four groups, num_groups=3
+    assert_eager_is_the_release(lambda: BinaryGroupStatRates(num_groups=3, validate_args=False), [good], bad,
+                                ["fairness_groups"], shortcuts)

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
+from tests.patches.eager import assert_eager_is_the_release
 from tmpatch.runtime import deferred
 from tmpatch.patches import legacy_dice_checks as patch
 
@@ -179,3 +180,10 @@ def test_functional_api_and_metrics_built_before_apply_raise_in_update():
         early.update(preds, target)
     with pytest.raises(ValueError, match="^The highest label"):
         dice(preds, target, num_classes=3)
+
+
+@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("key", sorted(BAD))
+def test_the_eager_policy_raises_the_releases_error_in_update(key, shortcuts):
+    kwargs, preds, target = BAD[key]
+    assert_eager_is_the_release(lambda: Dice(**kwargs), [], (preds, target), ["legacy_dice_checks"], shortcuts)

@@ -113,7 +113,9 @@ def _updates(draw, kind: str, with_nan: bool):
 
 def _reference(kind: str, strategy, updates) -> np.ndarray:
     """The documented semantics, in float64 numpy: NaN elements removed, or imputed
-    with weight 1 (an element counts as NaN if its value or, for Mean, its weight is)."""
+    with weight 1 (an element counts as NaN if its value or, for Mean, its weight is;
+    an integer value takes the strategy truncated, as the release's write stores it from 1.0.1;
+    before, the release writes no value where only the weight is NaN)."""
     values, weights = [], []
     for args in updates:
         v = np.asarray(args[0].double().numpy() if isinstance(args[0], torch.Tensor) else float(args[0]), np.float64)
@@ -123,8 +125,9 @@ def _reference(kind: str, strategy, updates) -> np.ndarray:
             w = np.broadcast_to(np.asarray(raw, np.float64), v.shape).copy()
         v, w = v.reshape(-1).copy(), w.reshape(-1).copy()
         nan = np.isnan(v) | np.isnan(w)
-        if isinstance(strategy, float):
-            v[nan], w[nan] = strategy, 1.0
+        if isinstance(strategy, float):  # written into the value's dtype (an integer value truncates it)
+            integral = isinstance(args[0], torch.Tensor) and not args[0].is_floating_point() and release_in(">=1.0.1")
+            v[nan], w[nan] = (np.trunc(strategy) if integral else strategy), 1.0
         else:
             v, w = v[~nan], w[~nan]
         values.append(v)
@@ -491,11 +494,13 @@ def test_item9_imputation_keeps_requires_grad(strategy):
 @pytest.mark.parametrize("strategy", [0.1, 1.0 / 3.0, 70000.0, -2.5])
 def test_item9_half_precision_imputation_is_the_releases_bit_for_bit(dtype, strategy):
     """The release writes the value into the input's own dtype (rounded there), then
-    casts: tmpatch imputes in that dtype too (70000 is inf in float16)."""
+    casts: tmpatch imputes in that dtype too (70000 is inf in float16 on torch 2.6-2.14;
+    torch before 2.6 and from 2.15 on refuse it, and so does tmpatch there: the expected
+    outcome is the release's own, run on the torch under test)."""
     value = torch.tensor([0.3, NAN, -1.7, NAN, 2.0], dtype=dtype)
     kinds = [SumMetric, MaxMetric, MinMetric, CatMetric] + ([MeanMetric] if release_in(">=1.6.2") else [])
 
-    def outcome(cls):  # the states, or the error (torch before 2.6 refuses 70000 in float16)
+    def outcome(cls):  # the states, or the error
         try:
             return _states(_fed(lambda: cls(nan_strategy=strategy), (value.clone(),)))
         except RuntimeError as exc:
@@ -509,6 +514,53 @@ def test_item9_half_precision_imputation_is_the_releases_bit_for_bit(dtype, stra
             assert got == expected[cls], cls
         else:
             _same_states(got, expected[cls])
+
+
+def _outcome(build, args, off_cpu: bool = False):
+    """The states after one update of ``build()`` with ``args`` (cloned; ``off_cpu``: through the
+    device path), or the error it raised, as text."""
+    args = _clone([args])[0]
+    try:
+        return _plain_states(_fed(build, _off_cpu([args])[0] if off_cpu else args))
+    except RuntimeError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.mark.parametrize("off_cpu", [False, True], ids=["cpu", "device path"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.int8, torch.uint8,
+                                   torch.int64, torch.bool])
+@pytest.mark.parametrize("strategy", [0.5, -2.5, 300.0, 70000.0, 1e39, INF])
+def test_a_float_strategy_is_stored_or_refused_in_the_inputs_dtype_as_the_release_does(strategy, dtype, off_cpu):
+    """The release imputes by writing into the input (``x[nans] = strategy``): an integer input
+    stores the value truncated (its NaN is the weight's, 1.0.1+), a float one rounded; where
+    torch refuses the value in that dtype (out of an integer's range; out of a float's on torch
+    before 2.6 and from 2.15 on) the update raises torch's error, once a NaN is there, and not
+    without one. The expected outcome is the release's own, on the torch under test. MeanMetric
+    below 1.6.2: the weight of an imputed element is a deliberate correction (1), the outcome's
+    kind and any error are the release's."""
+    floating = dtype.is_floating_point
+    raw = [1.0, NAN, 3.0, 4.0] if floating else [1, 0, 1, 1]
+    value = torch.tensor(raw, dtype=torch.float64).to(dtype) if floating else torch.tensor(raw, dtype=dtype)
+    clean = torch.tensor([1, 0, 1, 1], dtype=dtype)
+    weight = torch.tensor([2.0, 1.0, NAN, 1.0])
+    cases = [(cls, (value,)) for cls in (SumMetric, MaxMetric, MinMetric, CatMetric, MeanMetric) if floating]
+    cases += [(cls, (clean,)) for cls in (SumMetric, MeanMetric)]  # nothing to impute: no error
+    cases += [(MeanMetric, (value, weight)), (MeanMetric, (clean, weight))]
+
+    def all_outcomes():
+        return [_outcome(lambda c=cls: c(nan_strategy=strategy), args, off_cpu) for cls, args in cases]
+
+    expected = all_outcomes()
+    _apply()
+    got = all_outcomes()
+    for (cls, args), want, have in zip(cases, expected, got):
+        label = (cls.__name__, [a.dtype for a in args])
+        if isinstance(want, str) or isinstance(have, str):
+            assert have == want, label
+        elif cls is MeanMetric and not release_in(">=1.6.2"):
+            continue
+        else:
+            _same_states(have, want)
 
 
 # -- when warn/error reach the user -------------------------------------------------------

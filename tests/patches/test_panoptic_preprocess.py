@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
+from tests.patches.eager import assert_eager_is_the_release
 from tmpatch.runtime import deferred
 from tmpatch.patches import panoptic_preprocess as patch
 
@@ -178,3 +179,12 @@ def test_functional_api_and_metrics_built_before_apply_raise_in_update():
         early.update(bad, good)
     with pytest.raises(ValueError, match="^Unknown categories found: "):
         panoptic_quality(bad, good, things=things, stuffs=stuffs)
+
+
+@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("kind", sorted(CLASSES))
+def test_the_eager_policy_raises_the_releases_error_in_update(kind, shortcuts):
+    things, stuffs = {0, 1}, {2}
+    good, bad = _image([0, 1, 2]), _image([0, 1, 2, 7], seed=3)
+    assert_eager_is_the_release(lambda: CLASSES[kind](things=things, stuffs=stuffs), [(good, good)], (bad, good),
+                                ["panoptic_preprocess"], shortcuts)

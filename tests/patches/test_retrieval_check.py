@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples
+from tests.patches.eager import assert_eager_is_the_release
 from tmpatch.runtime import deferred
 from torchmetrics import retrieval as R
 from torchmetrics.functional import retrieval as F
@@ -226,3 +227,12 @@ def test_excluded_the_release_raises_in_update():
     tmpatch.apply(exclude=["retrieval_check"])
     with pytest.raises(ValueError, match="`target` must contain `binary` values$"):
         R.RetrievalMAP().update(torch.tensor([0.2, 0.7]), torch.tensor([0, 2]), indexes=torch.tensor([0, 0]))
+
+
+@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("bad", sorted(BAD_TARGETS))
+def test_the_eager_policy_raises_the_releases_error_in_update(bad, shortcuts):
+    preds, indexes = torch.tensor([0.2, 0.7, 0.4, 0.3]), torch.tensor([0, 0, 1, 1])
+    good = (preds, torch.tensor([0, 1, 1, 0]), indexes)
+    assert_eager_is_the_release(R.RetrievalMAP, [good], (preds, BAD_TARGETS[bad], indexes), ["retrieval_check"],
+                                shortcuts)

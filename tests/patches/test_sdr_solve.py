@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples
+from tests.patches.eager import assert_eager_is_the_release
 from tmpatch.runtime import deferred
 from tmpatch.patches import sdr_solve as patch
 from torchmetrics.audio import SignalDistortionRatio
@@ -137,3 +138,11 @@ def test_functional_api_and_metrics_built_before_apply_raise_in_update():
         early.update(preds, silent)
     with pytest.raises(torch.linalg.LinAlgError):
         signal_distortion_ratio(preds, silent, filter_length=16)
+
+
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_the_eager_policy_raises_the_releases_error_in_update(shortcuts):
+    good = _signals(1)
+    silent = (good[0], torch.zeros_like(good[1]))  # a silent target: a zero autocorrelation, singular
+    assert_eager_is_the_release(lambda: SignalDistortionRatio(filter_length=16), [good], silent, ["sdr_solve"],
+                                shortcuts)

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples
+from tests.patches.eager import assert_eager_is_the_release
 from tmpatch.runtime import deferred
 from tmpatch.patches import tweedie_checks as patch
 from torchmetrics.functional.regression import tweedie_deviance_score
@@ -114,3 +115,12 @@ def test_functional_api_and_metrics_built_before_apply_raise_in_update():
         early.update(*bad)
     with pytest.raises(ValueError, match="^For power=2, both"):
         tweedie_deviance_score(*bad, power=2)
+
+
+@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("power", sorted(POWERS))
+def test_the_eager_policy_raises_the_releases_error_in_update(power, shortcuts):
+    good = (torch.tensor([0.5, 1.0, 2.0]), torch.tensor([1.0, 1.5, 2.0]))
+    bad = (torch.tensor([0.5, -1.0, 2.0]), torch.tensor([1.0, 1.0, -2.0]))
+    assert_eager_is_the_release(lambda: TweedieDevianceScore(power=power), [good], bad,
+                                ["tweedie_checks", "scalar_tensors"], shortcuts)

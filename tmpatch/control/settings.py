@@ -6,7 +6,7 @@ default and a help line. The environment parser (:mod:`tmpatch.control.env`), th
 argument checks of ``apply()`` (:mod:`tmpatch.control.selection`), ``tmpatch --help``,
 ``tmpatch run``'s options and the pytest marker all read this table.
 
-Each *policy* setting (``nan_check``, ``bincount``, ``update_count``) has its value
+Each *policy* setting (``nan_check``, ``bincount``, ``checks``, ``update_count``) has its value
 now in :data:`tmpatch.runtime.policies.current`, filled here from the environment.
 Patches look it up on every call (``policies.current["nan_check"]``), so
 ``tmpatch.apply(nan_check=...)`` takes effect at once, also on patches already
@@ -159,6 +159,10 @@ SETTINGS = (
             choices=("deferred", "eager", "off"), policy=True),
     Setting("bincount", "values outside [0, num_classes) under the bincount patch: recorded on the device and "
             "reported at compute() (deferred), or the release's own _bincount (eager)",
+            choices=("deferred", "eager"), policy=True),
+    Setting("checks", "when the deferred input checks (retrieval_check, fairness_groups, panoptic_preprocess, "
+            "edge_distances, legacy_dice_checks, tweedie_checks, sdr_solve) give the release's error: at the next "
+            "compute() (deferred), or in update() as upstream, with the release's syncs (eager)",
             choices=("deferred", "eager"), policy=True),
     Setting("update_count", "how a compiled update() raises the metric's update count: on the metric's device in "
             "the graph, folded into the count at its next read (device), or run eagerly, one graph break per update "

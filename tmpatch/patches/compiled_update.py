@@ -21,6 +21,8 @@ Defects (every release, not fixed upstream; torchmetrics issue #1780):
   ``update_count``, ``update_called``, ``compute()``'s check, ``forward()``, ``reset()``
   and pickles (``Metric.__getstate__``) see the release's count. Eager updates and reads
   run the release's statements (one more Python call each: the descriptor).
+  ``torch.jit.script`` leaves the descriptor out (its getter is marked unused): a scripted
+  metric holds the count as an integer attribute, as on the release.
 * The same updates inside a CUDA graph (``mode="reduce-overhead"``): most updates replace
   their states (``self.tp = self.tp + tp``); a graph's output kept as a state is
   overwritten by its next replay. In compiled code a state an update replaces by a tensor
@@ -455,8 +457,19 @@ NORMALIZE = Rewrite(
 
 def _count_slot(module: ModuleType) -> Any:
     """``Metric._update_count`` while the patch is applied: the count's descriptor (the release
-    keeps the count on each instance only; a class attribute of that name is left alone)."""
-    return LEAVE if COUNT in vars(module.Metric) else _SLOT
+    keeps the count on each instance only; a class attribute of that name is left alone).
+
+    TorchScript compiles every property of a module's class that it is not told to leave
+    (``__jit_unused_properties__``, or a getter marked ``torch.jit.unused``): the descriptor's
+    getter is marked, so ``torch.jit.script(metric)`` sees the count as the release's scripted
+    metric does, an integer attribute of the instance (the getter is tmpatch's own function:
+    nothing of the release is marked)."""
+    if COUNT in vars(module.Metric):
+        return LEAVE
+    import torch
+
+    torch.jit.unused(_get)
+    return _SLOT
 
 
 def _xla_answer(module: ModuleType) -> Any:

@@ -39,6 +39,9 @@ default dtype other than float32. ``surface_distance``, ``distance_transform`` a
 ``hausdorff_distance`` are fingerprinted (their code decides what the repair reproduces)
 and left as they are.
 
+Policy ``checks`` (``TMPATCH_CHECKS``): ``eager`` leaves the update unmarked, so the release's
+code runs, its error raised in ``update()`` with its syncs.
+
 Releases: 1.5.0-1.9.0, where HausdorffDistance exists (two implementations of each
 function, differing in annotations; three of ``hausdorff_distance``).
 """
@@ -56,8 +59,7 @@ from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, 
 
 
 _NOTE = ("reported at {point} instead of in update(). Unlike without tmpatch, those batches were added to the "
-         "metric's states: reset() discards them. Exclude the edge_distances patch to have the error raised in "
-         "update())")
+         "metric's states: reset() discards them. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)")
 
 
 def _count(found: List[Tuple[Any, int]], top: Any, all_ranks: bool) -> str:
@@ -104,7 +106,7 @@ MARK = Marker("tmpatch_edge_distances", EMPTY)
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
     """``HausdorffDistance.update``: the release's update, marked; what it found is counted once per update."""
-    recorded, slot = EMPTY.deferred, MARK.slot
+    recorded, slot = MARK.waits, MARK.slot
 
     def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
         if not recorded(self):

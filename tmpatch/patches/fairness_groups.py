@@ -29,6 +29,9 @@ more than one column, empty batches, metrics built before ``apply()``. Before 1.
 binary formatter also reads ``preds`` to choose a sigmoid: the ``logits_check`` patch,
 which this one requires, removes that read.
 
+Policy ``checks`` (``TMPATCH_CHECKS``): ``eager`` leaves the update unmarked, so the release's
+code runs, its error raised in ``update()`` with its syncs.
+
 Releases: 1.0.0-1.9.0 (two implementations of ``_binary_groups_stat_scores`` and of
 ``_update_states``, differing in annotations; two of each class ``update``).
 """
@@ -57,7 +60,7 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
         f"belonged to groups beyond num_groups={', '.join(map(str, groups))} (a batch had more distinct group "
         "ids than num_groups) and were left out of the counts. Without tmpatch, update() would have raised "
         "IndexError (index out of bounds) after adding the first num_groups groups. Group ids should be "
-        "0, 1, ..., num_groups - 1. Exclude the fairness_groups patch to have the error raised in update()."
+        "0, 1, ..., num_groups - 1. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch."
     )
 
 

@@ -29,6 +29,9 @@ classes from the data (the shape of what follows depends on it). Not covered (th
 code runs): the functional ``dice``, other users of these checks, metrics built before
 ``apply()``.
 
+Policy ``checks`` (``TMPATCH_CHECKS``): ``eager`` leaves the update unmarked, so the release's
+code runs, its error raised in ``update()`` with its syncs.
+
 Releases: 0.11.0-1.6.3 (one or two implementations of each function, three of
 ``_check_shape_and_type_consistency``; 0.11 tests a negative target in an ``if``/``elif``);
 the Dice class is gone from 1.7.0. 0.10's Dice runs the legacy ``StatScores.update``, which
@@ -69,7 +72,7 @@ def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
             f"last report failed this check; reported at {deferred.point()} instead of in update(). Unlike without "
             "tmpatch, "
             "those batches were added to the metric's states, labels outside the classes clamped: reset() discards "
-            "them. Exclude the legacy_dice_checks patch to have the error raised in update())"
+            "them. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)"
         )
 
     return report

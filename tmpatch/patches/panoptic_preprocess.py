@@ -35,6 +35,9 @@ segment matching that follows (``torch.unique``, ``.tolist()``, host-side dictio
 other syncs, not this patch's. On the CPU, for float inputs, ids outside the input's dtype
 and metrics built before ``apply()``, the release's statements run.
 
+Policy ``checks`` (``TMPATCH_CHECKS``): ``eager`` leaves the update unmarked, so the release's
+code runs, its error raised in ``update()`` with its syncs.
+
 Releases: 1.0.0-1.9.0 (two implementations of ``_isin``, three of ``_prepocess_inputs``
 with the same statements, one of each class ``update``).
 """
@@ -48,6 +51,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from tmpatch.runtime import host
 from tmpatch.runtime.compiled import ContextSlot, compiling
 from tmpatch.runtime import deferred
+from tmpatch.runtime.deferred.marking import waits
 from tmpatch.runtime.device_tensors import device_tensor
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Together, Variant, since, span
 
@@ -66,8 +70,8 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
         f"report had `preds` with category ids in neither `things` nor `stuffs`; reported at {deferred.point()} "
         "instead of "
         "in update(). Unlike without tmpatch, those batches were added to the metric's states, the unknown pixels "
-        "counted as void, as with allow_unknown_preds_category=True: reset() discards them. Exclude the "
-        "panoptic_preprocess patch to have the error raised in update())"
+        "counted as void, as with allow_unknown_preds_category=True: reset() discards them. "
+        "TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)"
     )
 
 
@@ -84,8 +88,9 @@ MATCHING = ContextSlot("tmpatch_panoptic_matching")
 
 @contextlib.contextmanager
 def _checking(metric: Any) -> Iterator[None]:
-    """Mark the preprocessing of ``metric``'s preds (when its checks can wait for compute)."""
-    if not RECORD.deferred(metric):
+    """Mark the preprocessing of ``metric``'s preds (when its checks can wait for compute: a book,
+    and policy ``checks`` ``deferred``)."""
+    if not waits(RECORD, metric):
         yield
         return
     token = _current.set(metric)

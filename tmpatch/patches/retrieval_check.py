@@ -27,6 +27,9 @@ Deliberate difference: a batch with a non-binary target is kept in the metric's 
 metrics built before ``apply()``. The ``ignore_index`` removal in
 ``_check_retrieval_inputs`` stays: the states keep the values that remain.
 
+Policy ``checks`` (``TMPATCH_CHECKS``): ``eager`` leaves the update unmarked, so the release's
+code runs, its error raised in ``update()`` with its syncs.
+
 Releases: 0.10.0-1.9.0 (two implementations of the check, differing in an annotation;
 one of each class ``update``).
 """
@@ -55,8 +58,8 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     raise ValueError(
         f"{MESSAGE} (tmpatch retrieval_check: {count} update(s) of {name}{where} since the last report had a "
         f"`target` with values outside [0, 1]; reported at {deferred.point()} instead of in update(). Unlike without "
-        "tmpatch, those batches were added to the metric's states: reset() discards them. Exclude the "
-        "retrieval_check patch to have the error raised in update())"
+        "tmpatch, those batches were added to the metric's states: reset() discards them. "
+        "TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)"
     )
 
 

@@ -22,6 +22,9 @@ Deliberate difference: a batch with a singular system is added to the states (up
 ``update()`` raised before); its SDR is whatever the solver gave (NaN or infinite) until
 ``reset()``.
 
+Policy ``checks`` (``TMPATCH_CHECKS``): ``eager`` leaves the update unmarked, so the release's
+code runs, its error raised in ``update()`` with its syncs.
+
 Releases: 0.10.0-1.9.0 (two spellings of the solve: a module alias ``solve`` until 1.2.0,
 ``torch.linalg.solve`` from 1.2.1; one class ``update``).
 """
@@ -49,8 +52,8 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     raise torch.linalg.LinAlgError(
         f"{MESSAGE} (tmpatch sdr_solve: {count} update(s) of {type(top).__name__}{where} since the last report "
         f"met a singular system; reported at {deferred.point()} instead of in update(). Unlike without tmpatch, those "
-        "batches were added to the metric's states: reset() discards them. Exclude the sdr_solve patch to have "
-        "the error raised in update())"
+        "batches were added to the metric's states: reset() discards them. "
+        "TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)"
     )
 
 
@@ -68,7 +71,7 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
     changes; only then is the update marked and run again (its failure counted)."""
     import torch
 
-    recorded, slot, failure, Tensor = RECORD.deferred, MARK.slot, torch.linalg.LinAlgError, torch.Tensor
+    recorded, slot, failure, Tensor = MARK.waits, MARK.slot, torch.linalg.LinAlgError, torch.Tensor
 
     def update(self: Any, preds: Any, target: Any, *, _tmpatch_route: Any) -> Any:
         original = _tmpatch_route.original

@@ -21,6 +21,9 @@ Deliberate difference: a batch that fails the check is added to the states (upst
 for such values, until ``reset()``. The functional API and metrics built before
 ``apply()`` keep the release's checks.
 
+Policy ``checks`` (``TMPATCH_CHECKS``): ``eager`` leaves the update unmarked, so the release's
+code runs, its error raised in ``update()`` with its syncs.
+
 Releases: 0.10.0-1.9.0 (two implementations of the function, differing in an annotation;
 one of the class ``update``).
 """
@@ -54,7 +57,8 @@ def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
             f"For power={power}, {MESSAGES[key]} (tmpatch tweedie_checks: {count} update(s) of {type(top).__name__}"
             f"{where} since the last report failed this check; reported at {deferred.point()} instead of in update(). "
             "Unlike without tmpatch, those batches were added to the metric's states (their deviance is NaN or "
-            "infinite): reset() discards them. Exclude the tweedie_checks patch to have the error raised in update())"
+            "infinite): reset() discards them. "
+            "TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)"
         )
 
     return report

@@ -1,6 +1,6 @@
 """The run-time policies as they are now: what patched code reads on every call.
 
-``current`` maps each policy setting (``nan_check``, ``bincount``, ``update_count``;
+``current`` maps each policy setting (``nan_check``, ``bincount``, ``checks``, ``update_count``;
 the table, its defaults and its environment variables are :mod:`tmpatch.control.settings`)
 to its value. The control layer fills it from the environment when it is imported and
 sets it in ``apply()``; a patch only reads it, so that the next call follows a change.

@@ -38,7 +38,9 @@ false positive to the next label). ``TMPATCH_BINCOUNT=eager`` keeps the release'
 behaviour throughout. Not covered (the release's code runs): the functional API,
 compute-time callers, metrics built before ``apply()``, unbinned curves (their states
 keep the values), stat scores with ``top_k > 1`` or ``"samplewise"`` (no removal, no
-``_bincount``). The formatters' logits check before 1.6.1 is ``logits_check``'s edit of
+``_bincount``), multiclass metrics built with ``num_classes=None`` but for the micro
+average of top-1 global stat scores (the release's one use of it, 1.9.0: there no class is
+invalid, and the ignored positions are left out without a removal). The formatters' logits check before 1.6.1 is ``logits_check``'s edit of
 the same functions.
 
 Releases: 1.0.0-1.9.0 (four implementations of ``_bincount``, of

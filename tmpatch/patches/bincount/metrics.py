@@ -107,6 +107,8 @@ def cpu_way(metric: Any, preds: Any, target: Any, curve: bool) -> int:
     if ignore is not None and type(ignore) is not int:
         return RECORDED
     classes = get("num_classes")
+    if classes is None and "num_classes" in metric.__dict__:
+        return RELEASE  # multiclass with num_classes=None (1.9.0, micro): no class is invalid, nothing to check
     scores = preds.is_floating_point()
     # deterministic mode: the release's _bincount counts with an N x minlength mesh, on the CPU
     # too; a recorded update counts with torch.bincount, deterministic on the CPU (same counts)
@@ -138,6 +140,19 @@ def cpu_way(metric: Any, preds: Any, target: Any, curve: bool) -> int:
     return CHECKED if _classes_valid(target, 0, 2, ignore) else RECORDED
 
 
+def _unsized(metric: Any) -> bool:
+    """A multiclass metric built with ``num_classes=None`` other than the micro average of
+    top-1 global stat scores, the one use the release takes it for (1.9.0; its update counts
+    as if of 1 class, and fails or not as the release's does). Compiled: attribute reads (torch.compile
+    guards each attribute alone, where a read of ``__dict__`` guards every entry); eager: ``__dict__``
+    (a missing attribute of an nn.Module costs an exception)."""
+    classes = getattr(metric, "num_classes", 0) if compiling() else metric.__dict__.get("num_classes", 0)
+    if classes is not None:
+        return False
+    return not (getattr(metric, "average", None) == "micro" and getattr(metric, "top_k", None) == 1
+                and getattr(metric, "multidim_average", None) == "global")
+
+
 def _scores(metric: Any, preds: Any, target: Any) -> bool:
     """Whether ``update(preds, target)`` has scores that the formatter makes valid labels: one
     column per class for a multiclass metric (``(N, C, ...)``, ``C == num_classes``: argmax in
@@ -146,8 +161,8 @@ def _scores(metric: Any, preds: Any, target: Any) -> bool:
         return False
     attributes = metric.__dict__
     classes = attributes.get("num_classes")
-    if classes is None:
-        return "num_labels" not in attributes and preds.shape == target.shape
+    if classes is None:  # binary (a multiclass metric with num_classes=None has its scores' argmax: any class)
+        return "num_classes" not in attributes and "num_labels" not in attributes and preds.shape == target.shape
     return (type(classes) is int and preds.dim() >= 2 and preds.dim() == target.dim() + 1
             and preds.shape[1] == classes)
 
@@ -180,7 +195,8 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
                 # an invalid class (recorded below), or another error (raised again there)
             elif way:
                 return original(self, preds, target)
-            if not active() or not recorded(self) or (curve and getattr(self, "thresholds", None) is None):
+            if not active() or not recorded(self) or (curve and getattr(self, "thresholds", None) is None) \
+                    or _unsized(self):
                 return original(self, preds, target)
             # the labels shortcut reads the instance's __dict__: not while compiling (a guard on every
             # entry, the update count included, would recompile each step; a compiled step fuses anyway)

@@ -238,14 +238,25 @@ def micro_stats(preds: Any, target: Any, num_classes: Any, ignore_index: Any) ->
     """The micro-average branch of ``_multiclass_stat_scores_update`` in a recorded update:
     ``tp, fp, tn, fn`` over the valid positions (the release's on them; invalid classes left
     out and reported). For label predictions of scores: the hits and the valid positions
-    counted, ``fp = fn = valid - tp``, ``tn = tp + (n - 2) * valid``. None outside a recorded
-    update."""
+    counted, ``fp = fn = valid - tp``, ``tn = tp + (n - 2) * valid``; so for a metric built with
+    ``num_classes=None``, where every class is valid. None outside a recorded update."""
     update = recorded()
     if update is None or type(num_classes) is not int or num_classes < 1 or preds.shape != target.shape:
         return None  # another shape: the release's statements (and their error)
     torch = _torch()
     n = num_classes
     preds, target = preds.flatten(), target.flatten()
+    if getattr(update.metric, "num_classes", 0) is None:
+        # ``num_classes=None`` (1.9.0, micro only; the class update passes 1): no class is invalid, the
+        # release compares the classes as they are; the ignored positions are left out without removal
+        hits = preds == target
+        if ignore_index is None:
+            count: Any = target.numel()
+            tp = hits.sum()
+        else:
+            kept = target != ignore_index
+            count, tp = kept.sum(), (hits & kept).sum()
+        return tp, count - tp, torch.add(tp, count, alpha=n - 2), count - tp
     if _labels(update, preds) and _wide_int(target.dtype) and (ignore_index is None or type(ignore_index) is int):
         valid = target.clamp(0, n - 1) == target
         if ignore_index is None:

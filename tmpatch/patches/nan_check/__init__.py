@@ -18,7 +18,11 @@ Behaviour (policy ``TMPATCH_NAN_CHECK`` / ``apply(nan_check=...)``: ``deferred``
 the default; ``eager``; ``off``):
 
 * a float strategy imputes NaN with ``torch.where`` in the input's dtype, then casts,
-  as the release does; an imputed element gets weight 1, the others keep theirs;
+  as the release does: the value its write (``x[nans] = strategy``) stores in that
+  dtype (an integer input: truncated). Where torch refuses to store it there (out of
+  an integer's range; out of a float's on torch before 2.6 and from 2.15 on), the
+  update raises torch's own error as the release does, once a NaN is there (a device
+  read, for such a value only). An imputed element gets weight 1, the others keep theirs;
 * ``ignore``/``warn``/``error`` neutralise NaN elements (Sum 0, Mean weight 0, Max
   -inf, Min +inf): the state is the one the removal gives, with no sync. CatMetric
   still removes them (its output's size depends on the data: one inherent sync).

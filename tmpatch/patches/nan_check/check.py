@@ -83,8 +83,25 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     raise RuntimeError(release.error)
                 warn(release.warning, UserWarning)
 
+        writes = _Writes(torch)
+
         def impute(x: Any, nan: Any, value: float) -> Any:
             return where(nan, value, x)  # a Python number: no type promotion, no copy to the device
+
+        def written(x: Any, nan: Any, weight: Any, value: float) -> Any:
+            """The value the release's ``x[nans | nans_weight] = value`` writes, in ``x``'s dtype; where
+            this torch refuses it (in ``x``, or in the weight where the release writes it there too),
+            the release's error once the mask holds a NaN (a device read: only for such a value)."""
+            if compiling():  # traced: no probe (its CPU tensors would join the graph)
+                return value
+            refused, fill = writes.of(x.dtype, value)
+            refusing = x.dtype if refused else None
+            if refusing is None and weight is not None and release.weight_takes_strategy \
+                    and writes.of(weight.dtype, value)[0]:
+                refusing = weight.dtype
+            if refusing is not None and nan.any():
+                writes.refuse(refusing, value)
+            return fill
 
         def check(metric: Any, kind: str, strategy: Any, x: Any, weight: Any, dtype: Any,
                   shortcut: bool) -> Tuple[Any, Any]:
@@ -113,7 +130,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                 weight = weight.to(dtype)
                 return x, (weight.contiguous() if kind == "mean" or type(strategy) is not str else weight)
             if type(strategy) is not str:  # a float: impute in the input's dtype, then cast
-                x = impute(x, nan, strategy).to(dtype)
+                x = impute(x, nan, written(x, nan, weight, strategy)).to(dtype)
                 return x, (x if weight is None else impute(weight, nan, 1.0).to(dtype))
             if strategy != "ignore":
                 report(metric, strategy, nan)
@@ -170,7 +187,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     both = maximum(given, weight) if weight.is_floating_point() else given
                     nan = both != both
                 imputing = type(strategy) is not str
-                fill = _constants.full(strategy if imputing else 0.0, float32, given.device)
+                fill = _constants.full(writes.of(float32, strategy)[1] if imputing else 0.0, float32, given.device)
                 where(nan, fill, given, out=value)
                 if not imputing and strategy != "ignore":
                     report(metric, strategy, nan)
@@ -183,6 +200,11 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     return original(self, x)
                 if not isinstance(x, Tensor):
                     x = tensor(x, float32, self.device)
+                if type(self.nan_strategy) is float and not tracing and (x.is_floating_point() or x.is_complex()) \
+                        and writes.of(x.dtype, self.nan_strategy)[0] and (x != x).any():
+                    # the release's write refused (the value's call, or the weight's): no stash left behind
+                    pending.pop(id(self), None)
+                    writes.refuse(x.dtype, self.nan_strategy)
                 if kind != "mean":
                     return run(self, kind, self.nan_strategy, x, None, float32, not tracing)[0]
                 # MeanMetric: no shortcut, the weight's call below fills the value the first one returned
@@ -220,7 +242,10 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     report(self, self.nan_strategy, weight_nan & ~value_nan.any())
                 if value is not x and value.shape == weight_nan.shape:  # a tensor of ours (torch.where's)
                     with enable_grad() if value.requires_grad else contextlib.nullcontext():
-                        value.masked_fill_(weight_nan, self.nan_strategy if imputing else 0.0)
+                        fill = self.nan_strategy if imputing else 0.0
+                        if imputing and not tracing:  # the value stored (masked_fill_ refuses one beyond the range)
+                            fill = writes.of(value.dtype, fill)[1]
+                        value.masked_fill_(weight_nan, fill)
                 return where(nan, 1.0 if imputing else 0.0, weight).float()
 
             return _cast_and_nan_check_input_1_0_0
@@ -243,6 +268,51 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         return _cast_and_nan_check_input
 
     return build
+
+
+class _Writes:
+    """What the release's imputation, ``x[nans] = value`` (a Python float written into the input
+    where it holds NaN), does to a tensor of each dtype on this torch, found once per ``(dtype,
+    value)`` on a one-element CPU tensor: the value stored (in ``x``'s dtype: an integer input
+    stores it truncated, a float16 one rounded, 70000 as ``inf``), or whether torch refuses it
+    (``value cannot be converted to type ... without overflow``: out of an integer's range, and
+    for floats beyond the dtype's range on torch before 2.6 and from 2.15 on). The scalar is
+    converted on the host, whatever the input's device: the CPU's answer is the device's.
+    ``torch.where``, ``masked_fill_`` and ``torch.full`` are given the value stored, which each
+    takes as it is (a value beyond a float dtype's range they may refuse, or not, on their own
+    terms)."""
+
+    __slots__ = ("found", "zeros", "ones", "tensor_type")
+
+    def __init__(self, torch: Any) -> None:
+        self.found: Dict[Tuple[Any, Any], Tuple[bool, Any]] = {}
+        self.zeros = functools.partial(torch.zeros, 1, device="cpu")
+        self.ones = functools.partial(torch.ones, 1, dtype=torch.bool, device="cpu")
+        self.tensor_type = torch.Tensor
+
+    def of(self, dtype: Any, value: float) -> Tuple[bool, Any]:
+        """``(refused, stored)``; where refused (no value stored), an infinity of the value's sign
+        for a float dtype, 0 for another: a fill for a mask without NaN. Host code only."""
+        key = (dtype, value if value == value else "nan")
+        found = self.found.get(key)
+        if found is None:
+            target = self.zeros(dtype=dtype)
+            if type(target) is not self.tensor_type:  # a fake tensor (the audit's): no answer to keep
+                return False, value
+            try:
+                target[self.ones()] = value
+            except Exception:  # noqa: BLE001 - whatever torch raises there, the release raises
+                floating = dtype.is_floating_point or dtype.is_complex
+                found = (True, math.copysign(math.inf, value) if floating else 0)
+            else:
+                found = (False, target.item())
+            self.found[key] = found
+        return found
+
+    def refuse(self, dtype: Any, value: float) -> None:
+        """Raise what the release's write raises (torch's own error, from the same statement)."""
+        self.zeros(dtype=dtype)[self.ones()] = value
+
 
 class _Cache:
     """Holds the class -> kind cache for the replacement's closure (see ``build``)."""

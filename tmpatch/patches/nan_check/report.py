@@ -19,6 +19,12 @@ class _Release:
     rank_zero: bool = True  # 1.0.0+: ``rank_zero_warn``; 0.10-0.11: ``warnings.warn`` on every rank
 
     @property
+    def weight_takes_strategy(self) -> bool:
+        """1.0.1-1.6.1 write a float strategy into the weight too (``weight[nans | nans_weight] =
+        self.nan_strategy``; 1.6.2+ write 1; 1.0.0 checks the weight in a call of its own)."""
+        return not (self.one_argument or self.disable)
+
+    @property
     def error(self) -> str:
         return f"{self.spelling} `nan` values in tensor"
 

@@ -6,14 +6,31 @@ set for the update running in this thread / task (by default the metric), or Non
 outside one (the functional API, a metric built before ``apply()``, which has no
 book). The slot is a :class:`tmpatch.runtime.compiled.ContextSlot`, so compiled updates see it
 too.
+
+Policy ``checks`` (``TMPATCH_CHECKS``; :mod:`tmpatch.control.settings`) is read at every update:
+``eager`` leaves every marked update unmarked, so the release's code runs there, its checks
+raising in ``update()`` with their syncs, as without tmpatch. One policy for the checks of all
+these patches: each defers an error the release raises from ``update()``, and where an error
+comes from is a choice about the program (a ``try``/``except`` around ``update()`` that skips a
+bad batch wants every one of them there), not about one patch.
 """
 from __future__ import annotations
 
 from types import ModuleType
 from typing import Any, Callable, Optional
 
+from tmpatch.runtime import policies
 from tmpatch.runtime.compiled import ContextSlot
 from tmpatch.spec import inline
+
+#: the policy that says where the marked updates' checks raise: ``deferred`` or ``eager``
+POLICY = "checks"
+
+
+def waits(record: Any, metric: Any) -> bool:
+    """Whether the checks in ``metric``'s update wait for ``compute()``: policy ``checks`` is
+    ``deferred`` and the metric has a book for ``record``."""
+    return policies.current.get(POLICY, "deferred") == "deferred" and record.deferred(metric)
 
 
 class Marker:
@@ -31,10 +48,14 @@ class Marker:
         """The value of the marked update running here, or None."""
         return self.slot.get()
 
+    def waits(self, metric: Any) -> bool:
+        """Whether ``metric``'s update is marked (:func:`waits`)."""
+        return waits(self.record, metric)
+
     def build_update(self, module: ModuleType) -> Callable[..., Any]:
         """The class ``update`` replacement: the release's update, marked when the metric
-        has a deferred-report book."""
-        recorded, slot, make = self.record.deferred, self.slot, self.make
+        has a deferred-report book (and policy ``checks`` is ``deferred``)."""
+        recorded, slot, make = self.waits, self.slot, self.make
 
         def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
             if not recorded(self):
@@ -50,7 +71,7 @@ class Marker:
     def build_pair_update(self, module: ModuleType) -> Callable[..., Any]:
         """As :meth:`build_update`, for a class ``update(self, preds, target)``: installed itself
         (``spec.inline``: no wrapper's frame around every update)."""
-        recorded, slot, make = self.record.deferred, self.slot, self.make
+        recorded, slot, make = self.waits, self.slot, self.make
 
         def update(self: Any, preds: Any, target: Any, *, _tmpatch_route: Any) -> Any:
             original = _tmpatch_route.original
