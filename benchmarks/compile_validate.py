@@ -9,9 +9,10 @@ of the loss and multiclass Accuracy, Precision, Recall and F1 (10 classes), give
 argmax (``labels``: integer class predictions, which the release's validation checks value by value).
 Each variant runs in its own child process: ``torch.compile(step, backend=...)`` (and once more with
 ``fullgraph=True``, where a graph break is an error), the first step, then ``--steps`` more on 8
-batches. Counted with dynamo's counters: the graph breaks and graphs of the first step, the frames
-compiled after it (recompiled), and whether ``fullgraph=True`` compiles. Writes stdout only;
-compile_validate.txt holds the recorded runs.
+batches. Counted with dynamo's counters: the graph breaks and graphs of the first step, the graphs
+compiled after it (``later``), the frames compiled again after it (``recompiles``: a guard failed, from
+dynamo's ``recompiles`` log; a frame first compiled at a later step is no recompile), and whether
+``fullgraph=True`` compiles. Writes stdout only; compile_validate.txt holds the recorded runs.
 """
 from __future__ import annotations
 
@@ -38,6 +39,26 @@ class _Labels:
         self.metric.update(logits.argmax(dim=1), target)  # type: ignore[attr-defined]
 
 
+def _count_recompiles(torch: object) -> List[str]:
+    """The functions dynamo compiles again (a guard failed), as its ``recompiles`` log names them (on
+    stderr too), appended to the list returned."""
+    import logging
+
+    seen: List[str] = []
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if message.lstrip().startswith("Recompiling function"):
+                seen.append(message.split("\n")[0])
+
+    torch._logging.set_logs(recompiles=True)  # type: ignore[attr-defined]
+    for name in list(logging.root.manager.loggerDict):
+        if name.endswith(".__recompiles"):
+            logging.getLogger(name).addHandler(Count())
+    return seen
+
+
 def child(validate: bool, labels: bool, patched: bool, backend: str, steps: int) -> Dict[str, object]:
     import warnings
 
@@ -51,6 +72,8 @@ def child(validate: bool, labels: bool, patched: bool, backend: str, steps: int)
         tmpatch.apply()
     import torch._dynamo
     from torch._dynamo.utils import counters
+
+    recompiles = _count_recompiles(torch)
     from torchmetrics import MeanMetric
     from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, \
         MulticlassRecall
@@ -81,9 +104,11 @@ def child(validate: bool, labels: bool, patched: bool, backend: str, steps: int)
             out["fullgraph"] = "compiles"
             continue
         breaks, graphs = sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
+        first = len(recompiles)
         for i in range(steps):
             run(*batches[i % len(batches)])
-        out.update(breaks=breaks, graphs=graphs, recompiled=counters["stats"]["unique_graphs"] - graphs,
+        out.update(breaks=breaks, graphs=graphs, later=counters["stats"]["unique_graphs"] - graphs,
+                   recompiles=len(recompiles) - first,
                    reasons=sorted({r.splitlines()[0][:70] for r in counters["graph_break"]}))
     return out
 
@@ -104,14 +129,16 @@ def main(argv: List[str]) -> int:
 
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if not args.here:
+        if not os.path.isdir(os.path.join(ROOT, ".matrix", args.release)):
+            parser.error(f".matrix/{args.release} is not installed (tools/matrix.py -r {args.release} installs it)")
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (os.path.join(ROOT, ".matrix", args.release), ROOT, env.get("PYTHONPATH")) if p)
     version = subprocess.run([sys.executable, "-c", "import torchmetrics; print(torchmetrics.__version__)"], env=env,
                              capture_output=True, text=True, check=True).stdout.strip()
     print(f"torchmetrics {version}, torch {torch.__version__}, Python {sys.version.split()[0]}, backend "
           f"{args.backend}, published step (10 classes, batch 64), first step + {args.steps}")
-    print(f"  {'preds':<7}  {'validate_args':<13}  {'tmpatch':<9}  {'breaks':>6}  {'graphs':>6}  {'recompiled':>10}  "
-          f"{'fullgraph=True':<20}  break reasons")
+    print(f"  {'preds':<7}  {'validate_args':<13}  {'tmpatch':<9}  {'breaks':>6}  {'graphs':>6}  {'later':>5}  "
+          f"{'recompiles':>10}  {'fullgraph=True':<20}  break reasons")
     for validate, labels, patched in VARIANTS:
         head = f"  {'labels' if labels else 'logits':<7}  {str(validate):<13}  {'patched' if patched else 'release':<9}"
         done = subprocess.run([sys.executable, __file__, "--child", json.dumps([validate, labels, patched]),
@@ -121,8 +148,8 @@ def main(argv: List[str]) -> int:
             print(f"{head}  failed: {done.stderr.strip().splitlines()[-1:]}")
             continue
         found = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"{head}  {found.get('breaks', '-'):>6}  "
-              f"{found.get('graphs', '-'):>6}  {found.get('recompiled', '-'):>10}  {found['fullgraph']:<20}  "
+        print(f"{head}  {found.get('breaks', '-'):>6}  {found.get('graphs', '-'):>6}  {found.get('later', '-'):>5}  "
+              f"{found.get('recompiles', '-'):>10}  {found['fullgraph']:<20}  "
               f"{' | '.join(found.get('reasons', [])) or '-'}")
     return 0
 

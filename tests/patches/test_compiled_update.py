@@ -714,6 +714,115 @@ def test_with_inductor_integer_states_are_bit_for_bit_and_float_states_close():
                 assert_bitwise(got, want)
 
 
+def _labels_step(steps: int) -> Dict[str, Any]:
+    """The published step (``benchmarks/compile_validate.py``) given class labels, with the input
+    validation on: MeanMetric of the cross-entropy of 64 logits, and multiclass Accuracy, Precision,
+    Recall and F1 (10 classes, ``validate_args=True``) updated with the logits' argmax, compiled
+    (``backend="eager"``) after one eager update of each classification metric (the release's first
+    compiled ``_bincount`` crashes on torch 2.6+ without it); ``steps`` steps. Dynamo's graph breaks
+    and graphs at the first step, the graphs it compiled at each later step, and whether a frame
+    compiled before was compiled again after the first step (a guard that failed: a recompile)."""
+    from torchmetrics import MeanMetric
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, \
+        MulticlassRecall
+
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(64, 10, generator=g), torch.randint(0, 10, (64,), generator=g)) for _ in range(steps)]
+    made = [MeanMetric()] + [cls(num_classes=10, validate_args=True) for cls in (
+        MulticlassAccuracy, MulticlassPrecision, MulticlassRecall, MulticlassF1Score)]
+    metrics = made[:1] + [_Labels(metric) for metric in made[1:]]
+    with torch.no_grad():
+        for metric in metrics[1:]:
+            metric.update(*batches[0])
+
+    def step(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            loss = torch.nn.functional.cross_entropy(logits, target)
+            metrics[0].update(loss)
+            for metric in metrics[1:]:
+                metric.update(logits, target)
+        return loss
+
+    dynamo.reset()
+    counters.clear()
+    fn = torch.compile(step, backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fn(*batches[0])
+        out: Dict[str, Any] = {"breaks": sum(counters["graph_break"].values()), "reasons": sorted(
+            reason.splitlines()[0][:100] for reason in counters["graph_break"]), "metrics": made, "later": [],
+            "batches": batches, "recompiled": False}
+        graphs = out["graphs"] = counters["stats"]["unique_graphs"]
+        for batch in batches[1:]:
+            try:
+                with dynamo.config.patch(error_on_recompile=True):
+                    fn(*batch)
+            except dynamo.exc.RecompileError:
+                out["recompiled"] = True
+                break
+            out["later"].append(counters["stats"]["unique_graphs"] - graphs)
+            graphs = counters["stats"]["unique_graphs"]
+    return out
+
+
+class _Labels:
+    """A metric updated with the argmax of the logits it is given (class labels)."""
+
+    def __init__(self, metric: Any) -> None:
+        self.metric = metric
+
+    def update(self, logits: torch.Tensor, target: torch.Tensor) -> None:
+        self.metric.update(logits.argmax(dim=1), target)
+
+
+@heavy
+def test_a_step_given_class_labels_with_validation_breaks_and_compiles_no_more_than_the_release():
+    """Past the validation's data-dependent breaks dynamo runs the update's wrapper eagerly and
+    compiles each function it calls as a frame of its own: tmpatch's count descriptor, read there,
+    was one (its read a graph break, twice per update, and a recompile at the second step), and so
+    was ``Metric.__setattr__``'s replacement (a guard on each name assigned: the recompile limit).
+    They are inlined into traced code only (``compiled.inline_only``). One frame is new at the
+    second step, not recompiled: MeanMetric's update, compiled at the first step inside
+    ``Metric._wrap_update``'s wrapper, until dynamo gave up on that wrapper's code (a break inside
+    its ``try``: a labels metric) and left it to run eagerly (the release's MeanMetric breaks in it
+    first, at its NaN check)."""
+    steps = 5
+    release = _labels_step(steps)
+    tmpatch.apply()
+    patched = _labels_step(steps)
+    assert not release["recompiled"]
+    assert not patched["recompiled"], "a frame compiled again after the first step"
+    assert patched["breaks"] <= release["breaks"], (patched["reasons"], release["reasons"])
+    assert patched["graphs"] <= release["graphs"]
+    assert patched["graphs"] + sum(patched["later"]) <= release["graphs"] + sum(release["later"])
+    assert patched["later"][1:] == [0] * (steps - 2), patched["later"]  # nothing compiled after the second step
+    assert not any("disable()" in reason for reason in patched["reasons"]), patched["reasons"]
+    # what compiled_update guarantees: the count right after the step, states those of eager updates
+    metrics = patched["metrics"]
+    assert [metric._update_count for metric in metrics] == [steps] + [steps + 1] * 4
+    eager = _labels_step_eager(patched["batches"])
+    for mine, want in zip(metrics, eager):
+        for key in want._defaults:
+            assert_bitwise(getattr(mine, key), getattr(want, key))
+
+
+def _labels_step_eager(batches: List[Tuple[torch.Tensor, torch.Tensor]]) -> List[Any]:
+    """:func:`_labels_step`'s updates, made eagerly."""
+    from torchmetrics import MeanMetric
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, \
+        MulticlassRecall
+
+    metrics = [MeanMetric()] + [cls(num_classes=10, validate_args=True) for cls in (
+        MulticlassAccuracy, MulticlassPrecision, MulticlassRecall, MulticlassF1Score)]
+    for metric in metrics[1:]:
+        metric.update(batches[0][0].argmax(dim=1), batches[0][1])
+    for logits, target in batches:
+        metrics[0].update(torch.nn.functional.cross_entropy(logits, target))
+        for metric in metrics[1:]:
+            metric.update(logits.argmax(dim=1), target)
+    return metrics
+
+
 def test_revert_folds_while_the_descriptor_is_still_there(monkeypatch):
     """``after_revert`` folds the pending tallies before the engine takes the descriptor away
     (a read in between would otherwise miss the compiled updates' count)."""

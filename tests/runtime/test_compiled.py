@@ -104,6 +104,34 @@ def test_outside_runs_eagerly_and_nothing_it_touches_is_guarded():
     assert any("bump" in reason for reason in counters["graph_break"])
 
 
+def _helpers():
+    """Two copies of one function (a tensor in its frame: dynamo compiles it as a frame of its own)."""
+    def helper(x):
+        return x + (2 if compiled.compiling() else 1)
+
+    def twin(x):
+        return x + (2 if compiled.compiling() else 1)
+
+    return helper, twin
+
+
+def test_an_inline_only_function_is_inlined_in_traced_code_and_no_frame_of_its_own_in_eager_code():
+    """Called from eager code that a compiled step reaches (a frame dynamo does not compile),
+    a function marked ``inline_only`` runs as plain Python: no graph, no guard; its unmarked twin
+    is compiled there as a frame of its own. Traced code still inlines it (``fullgraph=True``)."""
+    compiled.prepare(lambda name, callback: None)
+    helper, twin = _helpers()
+    compiled.inline_only(helper)
+    for fn, traced in ((twin, True), (helper, False)):
+        eager = dynamo.disable(lambda x, fn=fn: fn(x) * 1, recursive=False)  # its own frame eager, not its calls
+        step = _compile(lambda x, eager=eager: eager(x))
+        assert torch.equal(step(torch.zeros(1)), torch.full((1,), 2.0 if traced else 1.0))
+        assert (counters["stats"]["unique_graphs"] > 0) is traced
+    dynamo.reset()
+    assert torch.equal(torch.compile(lambda x: helper(x) * 1, backend="eager", fullgraph=True)(torch.zeros(1)),
+                       torch.full((1,), 2.0))
+
+
 def test_compiling_before_dynamo_is_imported_reads_torchs_flag_and_follows_its_import():
     """Before ``torch._dynamo`` is imported, compiling() is torch.compiler's flag (an attribute read);
     once it is imported (after a partial revert too), torch's check again, and tracing sees True."""

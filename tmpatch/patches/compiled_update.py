@@ -198,6 +198,7 @@ def fold() -> None:
             metric.__dict__[COUNT] = source.__dict__.get(COUNT, 0)
 
 
+@compiled.inline_only
 def _read(obj: Any) -> Any:
     if pending.counts:
         fold()
@@ -207,6 +208,7 @@ def _read(obj: Any) -> Any:
         raise AttributeError(COUNT) from None
 
 
+@compiled.inline_only
 def _write(obj: Any, value: Any) -> None:
     if pending.counts:
         fold()
@@ -218,10 +220,15 @@ def _write(obj: Any, value: Any) -> None:
 _READ, _WRITE = compiled.Outside(_read), compiled.Outside(_write)
 
 
+# neither is a frame of its own for dynamo (compiled.inline_only): the release reads and writes the
+# count with no frame, in eager code that a compiled step's graph breaks leave (a metric's update past
+# a data-dependent break): compiled there, a read would be a graph break and a write a graph per metric
+@compiled.inline_only
 def _get(obj: Any) -> Any:
     return _READ(obj) if compiling() else _read(obj)
 
 
+@compiled.inline_only
 def _set(obj: Any, value: Any) -> None:
     if not compiling():
         _write(obj, value)

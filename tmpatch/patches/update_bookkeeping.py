@@ -50,7 +50,7 @@ import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, Set
 
-from tmpatch.runtime.compiled import PLAIN_SLOT, compiling, pending
+from tmpatch.runtime.compiled import PLAIN_SLOT, compiling, inline_only, pending
 from tmpatch.spec import Edit, Patch, Requirement, Rewrite, Route, Target, Variant, inline, since, span
 
 #: torch's code the repair stands for, by fingerprint: what ``nn.Module.__setattr__`` does with a value
@@ -97,7 +97,10 @@ _EMPTY: Dict[str, Any] = {}
 
 
 # installed itself (spec.inline: no wrapper frame); not named __setattr__: dynamo inlines a function
-# of that name only when its first argument is the object (the joined form passes the release's first)
+# of that name only when its first argument is the object (the joined form passes the release's first).
+# Nor is it a frame dynamo compiles on its own (inline_only), as it never compiles a __setattr__ frame:
+# in eager code of a compiled step it would guard on each name assigned (a recompile per name)
+@inline_only
 def assign(self: Any, name: str, value: Any, *, _tmpatch_route: Route) -> None:
     """``Metric.__setattr__``: the plain store where the release's chain ends in one (module docstring)."""
     kind = type(value)

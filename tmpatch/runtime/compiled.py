@@ -7,7 +7,8 @@ asks :func:`compiling`, which is torch's own check (``torch.compiler.is_compilin
 ``torch._dynamo.is_compiling`` before torch 2.3), True while dynamo traces and False in
 eager code. :class:`Outside` runs a function eagerly from compiled code (a graph break
 where it is called): for bookkeeping whose value torch.compile would otherwise guard
-on, and recompile for, at every step.
+on, and recompile for, at every step. :func:`inline_only` marks a function dynamo is to
+trace only inlined into a frame it compiles, never as a frame of its own.
 
 Nothing here imports ``torch._dynamo`` (seconds of start-up): the pieces that need it
 are made when it is imported, by a post-import hook armed with :func:`prepare`.
@@ -53,6 +54,8 @@ class _State:
 
 _state = _State()
 _outsides: List["Outside"] = []
+#: the functions marked by :func:`inline_only`
+_inline_only: List[Callable[..., Any]] = []
 #: called with ``torch._dynamo`` once it is imported (:func:`when_dynamo`)
 _callbacks: List[Callable[[Any], None]] = []
 
@@ -83,10 +86,36 @@ def compiling() -> bool:
     return state.flags._is_compiling_flag if state.dynamo_absent else state.is_compiling()
 
 
+def inline_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``fn`` (returned as is) to be traced by torch.compile only inlined into a frame
+    it compiles. Called from eager code, ``fn`` runs as plain Python, not as a frame dynamo
+    compiles on its own (as dynamo runs every ``__setattr__``). Eager code inside a compiled
+    step is a frame dynamo gave up on (a data-dependent ``if`` in a metric's update): there
+    it compiles each function called, and a frame of tmpatch's bookkeeping on the release's
+    path (the count's descriptor, ``Metric.__setattr__``'s replacement) would add graph breaks
+    and guards that the release's code has not. With torch's ``skip_code`` (a frame's own
+    code skipped, the functions it calls compiled as before); without it, nothing changes."""
+    _inline_only.append(fn)
+    if DYNAMO in sys.modules:
+        _skip_frame(sys.modules[DYNAMO], fn)
+    return fn
+
+
+def _skip_frame(dynamo: Any, fn: Callable[..., Any]) -> None:
+    skip = getattr(getattr(dynamo, "eval_frame", None), "skip_code", None)
+    if skip is None:  # not loaded yet (its post-import hook binds it), or another torch
+        return
+    try:
+        skip(fn.__code__)
+    except Exception as exc:  # noqa: BLE001 - torch's internals: the frame is compiled as before
+        log.debug("tmpatch: %s's frame is compiled on its own (%s: %s)", fn.__qualname__, type(exc).__name__, exc)
+
+
 class Outside:
     """``fn``, called from compiled code, runs eagerly (``torch._dynamo.disable``): a
     graph break there, and nothing it reads becomes a guard. ``ready``: the eager
-    twin exists (torch._dynamo is loaded); else :meth:`__call__` runs ``fn`` as is."""
+    twin exists (torch._dynamo is loaded); else :meth:`__call__` runs ``fn`` as is.
+    Called from eager code it is no frame for dynamo to compile (:func:`inline_only`)."""
 
     __slots__ = ("fn", "eager")
 
@@ -110,6 +139,9 @@ class Outside:
         if eager is None:
             return self.fn(*args, **kwargs)
         return eager(*args, **kwargs)
+
+
+inline_only(Outside.__call__)
 
 
 class ContextSlot:
@@ -186,6 +218,8 @@ def on_dynamo(module: Any) -> None:
     _bind_torch()
     for outside in _outsides:
         outside._bind(module)
+    for fn in _inline_only:
+        _skip_frame(module, fn)
     _state.dynamo_bound = True
     for callback in list(_callbacks):
         callback(module)
