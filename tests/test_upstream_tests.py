@@ -221,9 +221,11 @@ def test_domains_given_defaulted_and_aliased():
 
 def test_a_rerun_collects_only_the_files_of_its_ids(tmp_path):
     runner = up.Runner("python", "1.9.0", str(tmp_path), str(tmp_path), jobs=2)
-    command = runner.command(up.Part("classification", False), "r.jsonl", "ids.txt", ["unittests/a.py"])
+    command = runner.command(up.Part("classification", False), "r.jsonl", "ids.txt", ["unittests/a.py"], 500)
     assert command[-1] == "unittests/a.py" and ("--upstream-only", "ids.txt") in zip(command, command[1:])
     assert {("-n", "2"), ("-m", "not DDP")} <= set(zip(command, command[1:]))
+    few = runner.command(up.Part("classification", False), "r.jsonl", "ids.txt", ["unittests/a.py"], 3)
+    assert "-n" not in few  # a few tests: no workers to start
     ddp = runner.command(up.Part("bases", True), "r.jsonl", None, up.DOMAINS["bases"])
     assert "-n" not in ddp and ("-m", "DDP") in zip(ddp, ddp[1:])  # one pool of processes, one port range
 
@@ -245,3 +247,12 @@ def test_the_archives_are_found_beside_or_above_the_checkout(tmp_path):
     (tmp_path / "shared" / "upstream").mkdir(parents=True)
     (tmp_path / "a" / "b").mkdir(parents=True)
     assert up.find_archives(str(tmp_path / "a" / "b")) == str(tmp_path / "shared" / "upstream")
+
+
+def test_the_venv_borrows_this_interpreters_torch_whole():
+    entries = up.torch_entries()
+    names = {os.path.basename(path) for path in entries}
+    assert "torch" in names and any(n.startswith("torch-") and n.endswith(".dist-info") for n in names)
+    import torch
+
+    assert os.path.dirname(os.path.abspath(torch.__file__)) in entries

@@ -91,12 +91,17 @@ class Correction(NamedTuple):
 #: every test known to fail patched because of a deliberate correction (never skipped: still run,
 #: and marked so in the output)
 CORRECTIONS: Tuple[Correction, ...] = (
+    Correction(">=0.10", "unittests/bases/test_aggregation.py::test_nan_error[*",
+               "nan_check, deferred: nan_strategy='error'/'warn' report at the next compute(), not in forward()"),
     Correction(">=1.0", "unittests/regression/test_tweedie_deviance.py::test_error_on_invalid_inputs*",
                "tweedie_checks: invalid values raise at compute(), not in update()"),
 )
 
 #: outcomes that count as failing
 BAD = ("failed", "error")
+
+#: a rerun of fewer tests than this runs in one process (no pytest-xdist workers)
+SERIAL_RERUN = 40
 
 #: one test still running after this many seconds is stopped (pytest-timeout) and fails
 TEST_TIMEOUT = 900
@@ -238,13 +243,64 @@ def own_requirements() -> List[str]:
     return [line for line in lines if line and not line.startswith(("torch", "#"))]
 
 
+def drop_unloadable(python: str, package: str) -> bool:
+    """Uninstall ``package`` from the venv of ``python`` if it is there and cannot be imported
+    (PyPI's torchvision for a torch release is a CUDA build, which does not load beside a CPU
+    torch; netcal pulls it in): torchmetrics imports an installed torchvision, and would fail
+    whole. Returns whether it was removed."""
+    probe = subprocess.run([python, "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec({package!r}) is None)"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        return False  # not installed
+    if subprocess.run([python, "-c", f"import {package}"], capture_output=True).returncode == 0:
+        return False
+    subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "--yes", package], check=True,
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    say(f"{package} removed from {os.path.dirname(os.path.dirname(python))}: it cannot be imported there "
+        "(a build for another torch)")
+    return True
+
+
 def venv_python(release: str) -> str:
     return os.path.join(ROOT, ".venvs", f"upstream-{release}", "bin", "python")
 
 
+#: the venv's folder of links to this interpreter's torch (see :func:`borrow_torch`)
+BORROWED = "borrowed-torch"
+
+
+def torch_entries() -> List[str]:
+    """The paths of this interpreter's torch: its packages (``top_level.txt``: torch, torchgen,
+    functorch) and its ``.dist-info``."""
+    from importlib import metadata
+
+    dist = metadata.distribution("torch")
+    info = os.path.abspath(str(dist._path))  # type: ignore[attr-defined] - PathDistribution's folder
+    site = os.path.dirname(info)
+    names = (dist.read_text("top_level.txt") or "torch").split()
+    return [info] + [os.path.join(site, name) for name in names if os.path.exists(os.path.join(site, name))]
+
+
+def borrow_torch(python: str, borrowed: str) -> None:
+    """Make this interpreter's torch the venv's, without installing it again (a CPU torch is most of
+    a venv's install time): links to it in ``borrowed``, a folder that a ``.pth`` file of the venv puts
+    on its path, after its own site-packages. pip sees it installed (a pinned torch is kept), and, as it
+    lies outside the venv, never uninstalls it."""
+    os.makedirs(borrowed, exist_ok=True)
+    for path in torch_entries():
+        link = os.path.join(borrowed, os.path.basename(path))
+        if not os.path.lexists(link):
+            os.symlink(path, link)
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(site, "tmpatch-borrowed-torch.pth"), "w", encoding="utf-8") as handle:
+        handle.write(borrowed + "\n")
+
+
 def make_venv(release: str, domains: Sequence[str], torch_version: str) -> str:
-    """The venv of ``release`` with the packages of ``domains`` (made once; a domain's packages are
-    added the first time it is asked for); returns its interpreter."""
+    """The venv of ``release`` with the packages of ``domains`` (made once, with this interpreter's
+    torch: :func:`borrow_torch`; a domain's packages are added the first time it is asked for);
+    returns its interpreter."""
     import fcntl
 
     python = venv_python(release)
@@ -257,12 +313,17 @@ def make_venv(release: str, domains: Sequence[str], torch_version: str) -> str:
         if os.path.exists(stamp):
             with open(stamp, encoding="utf-8") as handle:
                 have = handle.read().split()
+        borrowed = os.path.join(folder, BORROWED)
+        if os.path.isdir(borrowed) and not os.path.exists(os.path.join(borrowed, "torch", "__init__.py")):
+            have = []  # the torch it borrowed is gone (this interpreter's venv made anew): made anew too
+            os.remove(stamp)
         missing = [d for d in domains if d not in have]
         if os.path.exists(stamp) and not missing:
             return python
         start = time.monotonic()
         if not os.path.exists(stamp):
             subprocess.run([sys.executable, "-m", "venv", "--clear", folder], check=True)
+            borrow_torch(python, borrowed)
         wanted = have + missing
         command = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                    f"torch=={torch_version}", *own_requirements()]
@@ -271,6 +332,7 @@ def make_venv(release: str, domains: Sequence[str], torch_version: str) -> str:
         proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"pip failed for {release} ({', '.join(missing)}):\n{proc.stdout[-4000:]}")
+        drop_unloadable(python, "torchvision")
         with open(stamp, "w", encoding="utf-8") as handle:
             handle.write(" ".join(wanted) + "\n")
         say(f"venv {os.path.relpath(folder, ROOT)}: {', '.join(missing)} installed in {time.monotonic() - start:.0f}s")
@@ -305,13 +367,20 @@ class Runner:
         self.python, self.release, self.tests_dir, self.scratch, self.jobs = python, release, tests_dir, scratch, jobs
         self.count = 0
 
-    def command(self, part: Part, report: str, only: Optional[str], paths: Sequence[str]) -> List[str]:
+    def parallel(self, part: Part, only_count: Optional[int]) -> bool:
+        """Whether a run goes to pytest-xdist workers: not the DDP tests (one pool of processes on one
+        range of ports), nor a rerun of a few tests (the workers' start costs more than it saves)."""
+        return not part.ddp and self.jobs > 1 and (only_count is None or only_count >= SERIAL_RERUN)
+
+    def command(self, part: Part, report: str, only: Optional[str], paths: Sequence[str],
+                only_count: Optional[int] = None) -> List[str]:
         command = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "upstream_report",
                    "--rootdir", self.tests_dir, "--upstream-report", report,
-                   "-m", "DDP" if part.ddp else "not DDP", f"--timeout={TEST_TIMEOUT}", "-o", "console_output_style=classic"]
+                   "-m", "DDP" if part.ddp else "not DDP", f"--timeout={TEST_TIMEOUT}", "-o", "console_output_style=classic",
+                   "--continue-on-collection-errors"]  # a file that cannot be imported is its own error
         if only:
             command += ["--upstream-only", only]
-        if not part.ddp and self.jobs > 1:
+        if self.parallel(part, only_count):
             command += ["-n", str(self.jobs)]
         return command + list(paths)
 
@@ -328,11 +397,15 @@ class Runner:
             with open(only, "w", encoding="utf-8") as handle:
                 handle.write("\n".join(nodeids) + "\n")
             paths = sorted({nodeid.split("::")[0] for nodeid in nodeids})
-        threads = 1 if (not part.ddp and self.jobs > 1) else None
+        count = None if nodeids is None else len(nodeids)
+        threads = 1 if self.parallel(part, count) else None
         env = environ(mode, self.tests_dir, ddp=part.ddp, threads=threads)
+        # torchmetrics' tests keep their references' results on disk (cachier): each mode its own,
+        # so that no result computed patched is read back unpatched, or the other way
+        env["PYTEST_REFERENCE_CACHE"] = os.path.join(os.path.dirname(self.scratch), f"references-{self.release}-{mode}")
         start = time.monotonic()
         with open(stem + ".log", "w", encoding="utf-8") as log:
-            code = subprocess.call(self.command(part, report, only, paths), cwd=self.tests_dir, env=env,
+            code = subprocess.call(self.command(part, report, only, paths, count), cwd=self.tests_dir, env=env,
                                    stdout=log, stderr=subprocess.STDOUT)
         seconds = time.monotonic() - start
         with open(stem + ".log", encoding="utf-8", errors="replace") as log:
