@@ -256,3 +256,15 @@ def test_the_venv_borrows_this_interpreters_torch_whole():
     import torch
 
     assert os.path.dirname(os.path.abspath(torch.__file__)) in entries
+
+
+def test_the_table_and_the_json_give_each_part_its_figures():
+    finding = up.Finding("unittests/x.py::t", "regression", "AssertionError", "failed", "")
+    fig = up.PartFigures(up.Part("classification", True), 120, 4, 3, 110, 1, [finding], {"patched": 30.0, "reruns": 5.0},
+                         "", 70.0)
+    head, row = up.table("1.9.0", [fig])[1:]
+    assert row.split() == ["classification", "(DDP)", "120", "4", "3", "110", "1", "0", "0", "35", "70"]
+    assert head.split()[:3] == ["domain", "tests", "skipped"]
+    part = up.as_json("1.9.0", [fig])["parts"][0]
+    assert (part["ddp"], part["passed_unpatched"], part["findings"][0]["nodeid"]) == (True, 110, "unittests/x.py::t")
+    json.dumps(part)

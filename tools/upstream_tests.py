@@ -38,6 +38,7 @@ import configparser
 import fnmatch
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -358,6 +359,12 @@ class Run(NamedTuple):
     seconds: float
     code: int
     tail: str
+    cpu: float = 0.0  # CPU seconds of pytest and its processes: about twice the wall time on 2 idle cores
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class Runner:
@@ -403,14 +410,14 @@ class Runner:
         # torchmetrics' tests keep their references' results on disk (cachier): each mode its own,
         # so that no result computed patched is read back unpatched, or the other way
         env["PYTEST_REFERENCE_CACHE"] = os.path.join(os.path.dirname(self.scratch), f"references-{self.release}-{mode}")
-        start = time.monotonic()
+        start, cpu = time.monotonic(), children_cpu()
         with open(stem + ".log", "w", encoding="utf-8") as log:
             code = subprocess.call(self.command(part, report, only, paths, count), cwd=self.tests_dir, env=env,
                                    stdout=log, stderr=subprocess.STDOUT)
         seconds = time.monotonic() - start
         with open(stem + ".log", encoding="utf-8", errors="replace") as log:
             tail = "".join(log.readlines()[-15:])
-        return Run(read_report(report), seconds, code, tail)
+        return Run(read_report(report), seconds, code, tail, children_cpu() - cpu)
 
 
 # -- the comparison --------------------------------------------------------------------------------
@@ -435,7 +442,8 @@ class PartFigures(NamedTuple):
     fixed: Optional[int]  # --both only: failed unpatched, passed patched
     findings: List[Finding]
     seconds: Dict[str, float]
-    broken: str  # pytest could not run the part ("" when it could)
+    broken: str
+    cpu: float = 0.0  # pytest could not run the part ("" when it could)
 
 
 #: pytest's exit codes of a run that ran (0 all passed, 1 some failed, 5 none collected)
@@ -470,7 +478,7 @@ def compare(runner: Runner, part: Part, both: bool) -> PartFigures:
     seconds["patched"] = patched.seconds
     if patched.code not in RAN:
         return PartFigures(part, len(patched.results), 0, 0, None, None, [], seconds,
-                           f"pytest exit {patched.code}:\n{patched.tail}")
+                           f"pytest exit {patched.code}:\n{patched.tail}", patched.cpu)
     failed = {n: r for n, r in patched.results.items() if r.outcome in BAD}
     if both:
         unpatched = runner.run(part, "unpatched")
@@ -489,8 +497,9 @@ def compare(runner: Runner, part: Part, both: bool) -> PartFigures:
         passed_unpatched = sum(r.outcome == "passed" for r in unpatched.results.values())
         fixed = sum(r.outcome in BAD and patched.results.get(n, Result("", "")).outcome == "passed"
                     for n, r in unpatched.results.items())
+    cpu = patched.cpu + unpatched.cpu + again.cpu + eager.cpu
     return PartFigures(part, len(patched.results), skipped, len(failed), passed_unpatched, fixed, findings,
-                       seconds, "")
+                       seconds, "", cpu)
 
 
 # -- output ----------------------------------------------------------------------------------------
@@ -510,7 +519,7 @@ def finding_line(release: str, finding: Finding) -> str:
 
 def table(release: str, figures: Sequence[PartFigures]) -> List[str]:
     head = f"{'domain':<26}{'tests':>7}{'skipped':>9}{'failed patched':>16}{'passed unpatched':>18}" \
-           f"{'only patched':>14}{'corrections':>13}{'flaky':>7}{'seconds':>9}"
+           f"{'only patched':>14}{'corrections':>13}{'flaky':>7}{'seconds':>9}{'CPU s':>8}"
     lines = [f"upstream {release}:", head]
     for fig in figures:
         count = {kind: sum(f.kind == kind for f in fig.findings) for kind in ("regression", "correction", "flaky")}
@@ -518,7 +527,7 @@ def table(release: str, figures: Sequence[PartFigures]) -> List[str]:
         broken = "  (could not run)" if fig.broken else ""
         lines.append(f"{fig.part.label:<26}{fig.tests:>7}{fig.skipped:>9}{fig.failed_patched:>16}{unpatched:>18}"
                      f"{count['regression']:>14}{count['correction']:>13}{count['flaky']:>7}"
-                     f"{sum(fig.seconds.values()):>9.0f}{broken}")
+                     f"{sum(fig.seconds.values()):>9.0f}{fig.cpu:>8.0f}{broken}")
     return lines
 
 
@@ -526,7 +535,8 @@ def as_json(release: str, figures: Sequence[PartFigures]) -> dict:
     return {"release": release, "parts": [{
         "domain": fig.part.domain, "ddp": fig.part.ddp, "tests": fig.tests, "skipped": fig.skipped,
         "failed_patched": fig.failed_patched, "passed_unpatched": fig.passed_unpatched, "fixed_by_tmpatch": fig.fixed,
-        "seconds": {k: round(v, 1) for k, v in fig.seconds.items()}, "broken": fig.broken,
+        "seconds": {k: round(v, 1) for k, v in fig.seconds.items()}, "cpu_seconds": round(fig.cpu, 1),
+        "broken": fig.broken,
         "findings": [f._asdict() for f in fig.findings],
     } for fig in figures]}
 
@@ -589,7 +599,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             figures.append(fig)
             say(f"{fig.part.label}: {fig.tests} tests, {fig.failed_patched} failed patched, "
                 f"{sum(f.kind == 'regression' for f in fig.findings)} only patched "
-                f"({', '.join(f'{k} {v:.0f}s' for k, v in fig.seconds.items())})")
+                f"({', '.join(f'{k} {v:.0f}s' for k, v in fig.seconds.items())}; CPU {fig.cpu:.0f}s)")
             if fig.broken:
                 say(f"  could not run: {fig.broken}")
             for finding in fig.findings:
