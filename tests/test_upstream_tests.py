@@ -268,3 +268,12 @@ def test_the_table_and_the_json_give_each_part_its_figures():
     part = up.as_json("1.9.0", [fig])["parts"][0]
     assert (part["ddp"], part["passed_unpatched"], part["findings"][0]["nodeid"]) == (True, 110, "unittests/x.py::t")
     json.dumps(part)
+
+
+def test_a_sample_keeps_every_function_and_the_same_ids_each_time():
+    ids = [f"unittests/a.py::test_f[{i}]" for i in range(1000)] + ["unittests/a.py::test_g[x]", "unittests/a.py::test_h"]
+    kept = plugin.sampled(ids, 10)
+    assert kept == plugin.sampled(list(reversed(ids)), 10)  # by the ids alone
+    assert {"unittests/a.py::test_g[x]", "unittests/a.py::test_h"} <= kept  # a function of one id keeps it
+    assert 60 < sum(i.startswith("unittests/a.py::test_f") for i in kept) < 140
+    assert plugin.sampled(ids, 1) == set(ids)

@@ -24,7 +24,8 @@ every policy that has an ``eager`` choice set to it (``TMPATCH_NAN_CHECK=eager``
 ``TMPATCH_BINCOUNT=eager``, ...: the release's moment for every check). What is left fails only
 patched: a *correction* where :data:`CORRECTIONS` names it (a deliberate change of README's
 "Results and deliberate corrections"), else a *regression*. ``--both`` runs every test unpatched
-too, for the figures (tests passing unpatched, tests only tmpatch makes pass).
+too, for the figures (tests passing unpatched, tests only tmpatch makes pass). ``--sample N`` runs
+every test function with a fixed 1/N of its parametrizations (the same ones on every run).
 
 The output ends with a table per domain (tests, failed patched, failed only patched, seconds) and
 the line ``upstream <release>: N regression(s), N correction(s), N flaky``. Exit status: 0 when no
@@ -370,8 +371,9 @@ def children_cpu() -> float:
 class Runner:
     """Runs parts of a release's tests in its venv, in a mode, optionally only some node ids."""
 
-    def __init__(self, python: str, release: str, tests_dir: str, scratch: str, jobs: int) -> None:
+    def __init__(self, python: str, release: str, tests_dir: str, scratch: str, jobs: int, sample: int = 1) -> None:
         self.python, self.release, self.tests_dir, self.scratch, self.jobs = python, release, tests_dir, scratch, jobs
+        self.sample = sample
         self.count = 0
 
     def parallel(self, part: Part, only_count: Optional[int]) -> bool:
@@ -387,6 +389,8 @@ class Runner:
                    "--continue-on-collection-errors"]  # a file that cannot be imported is its own error
         if only:
             command += ["--upstream-only", only]
+        elif self.sample > 1:
+            command += ["--upstream-sample", str(self.sample)]
         if self.parallel(part, only_count):
             command += ["-n", str(self.jobs)]
         return command + list(paths)
@@ -565,6 +569,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--both", action="store_true",
                         help="run every test unpatched too (the figures: passed unpatched, fixed by tmpatch)")
     parser.add_argument("--no-ddp", action="store_true", help="leave out the tests marked DDP")
+    parser.add_argument("--sample", type=int, default=1, metavar="N",
+                        help="every test function, with a fixed 1/N of its parametrizations (default 1: all)")
     parser.add_argument("--ddp-only", action="store_true", help="only the tests marked DDP")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                         help="pytest-xdist workers for the tests not marked DDP (default: the cores)")
@@ -588,9 +594,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         say(f"upstream_tests: {exc}")
         return 2
     scratch = tempfile.mkdtemp(prefix=f"runs-{args.release}-", dir=workdir)
-    runner = Runner(python, args.release, tests_dir, scratch, max(1, args.jobs))
+    runner = Runner(python, args.release, tests_dir, scratch, max(1, args.jobs), max(1, args.sample))
     ddp_modes = [True] if args.ddp_only else [False] if (args.no_ddp or args.ci) else [False, True]
-    say(f"upstream {args.release}: {', '.join(domains)}{'' if True in ddp_modes else ' (DDP tests left out)'}; "
+    sample = f" (every test function, 1/{args.sample} of the parametrizations)" if args.sample > 1 else ""
+    say(f"upstream {args.release}: {', '.join(domains)}{'' if True in ddp_modes else ' (DDP tests left out)'}{sample}; "
         f"tests in {tests_dir}, runs' logs in {scratch}")
     figures: List[PartFigures] = []
     for domain in domains:

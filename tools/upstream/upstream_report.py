@@ -1,6 +1,7 @@
 """A pytest plugin for tools/upstream_tests.py: one JSON line per test report and per failed
 collection, written to ``--upstream-report FILE``; ``--upstream-only FILE`` keeps only the node
-ids listed there (one a line), so a rerun runs exactly the tests it names.
+ids listed there (one a line), so a rerun runs exactly the tests it names; ``--upstream-sample N``
+keeps every test function with a fixed 1/N of its parametrizations.
 
 It is loaded into torchmetrics' own test runs with ``-p upstream_report`` (this folder on
 PYTHONPATH); it changes no test and no outcome. Under pytest-xdist only the controller writes
@@ -10,6 +11,7 @@ runs in the release's venv, patched and unpatched alike.
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any, Optional
 
 import pytest
@@ -21,6 +23,8 @@ def pytest_addoption(parser: Any) -> None:
                     help="append one JSON line per test report and per failed collection to FILE")
     group.addoption("--upstream-only", metavar="FILE", default=None,
                     help="run only the node ids listed in FILE (one a line)")
+    group.addoption("--upstream-sample", metavar="N", type=int, default=1,
+                    help="run every test function, with a fixed 1/N of its parametrizations (by a hash of the id)")
 
 
 def first_line(longrepr: Any) -> str:
@@ -75,13 +79,33 @@ def pytest_unconfigure(config: Any) -> None:
         _writer = None
 
 
+def sampled(nodeids: list, every: int) -> set:
+    """The ids a sample of 1/``every`` keeps: those whose CRC-32 is a multiple of ``every``, and the
+    first id of each test function (its id before ``[``) that has none of those, so every function runs.
+    The same ids on every run and machine."""
+    if every <= 1:
+        return set(nodeids)
+    kept = {nodeid for nodeid in nodeids if zlib.crc32(nodeid.encode()) % every == 0}
+    functions = {nodeid.split("[")[0] for nodeid in kept}
+    for nodeid in nodeids:
+        function = nodeid.split("[")[0]
+        if function not in functions:
+            functions.add(function)
+            kept.add(nodeid)
+    return kept
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
     path = config.getoption("--upstream-only")
-    if not path:
+    every = config.getoption("--upstream-sample")
+    if path:
+        with open(path, encoding="utf-8") as handle:
+            wanted = {line.rstrip("\n") for line in handle if line.strip()}
+    elif every > 1:
+        wanted = sampled([item.nodeid for item in items], every)
+    else:
         return
-    with open(path, encoding="utf-8") as handle:
-        wanted = {line.rstrip("\n") for line in handle if line.strip()}
     kept = [item for item in items if item.nodeid in wanted]
     dropped = [item for item in items if item.nodeid not in wanted]
     if dropped:
