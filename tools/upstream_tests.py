@@ -411,9 +411,11 @@ class Runner:
         count = None if nodeids is None else len(nodeids)
         threads = 1 if self.parallel(part, count) else None
         env = environ(mode, self.tests_dir, ddp=part.ddp, threads=threads)
-        # torchmetrics' tests keep their references' results on disk (cachier): each mode its own,
-        # so that no result computed patched is read back unpatched, or the other way
-        env["PYTEST_REFERENCE_CACHE"] = os.path.join(os.path.dirname(self.scratch), f"references-{self.release}-{mode}")
+        # torchmetrics' tests keep their references' results on disk (cachier): each mode its own, so
+        # that no result computed patched is read back unpatched, or the other way; the patched modes'
+        # only for this run (a reference may call torchmetrics, and the checkout changes between runs)
+        folder = os.path.dirname(self.scratch) if mode == "unpatched" else self.scratch
+        env["PYTEST_REFERENCE_CACHE"] = os.path.join(folder, f"references-{self.release}-{mode}")
         start, cpu = time.monotonic(), children_cpu()
         with open(stem + ".log", "w", encoding="utf-8") as log:
             code = subprocess.call(self.command(part, report, only, paths, count), cwd=self.tests_dir, env=env,
@@ -446,8 +448,8 @@ class PartFigures(NamedTuple):
     fixed: Optional[int]  # --both only: failed unpatched, passed patched
     findings: List[Finding]
     seconds: Dict[str, float]
-    broken: str
-    cpu: float = 0.0  # pytest could not run the part ("" when it could)
+    broken: str  # why pytest could not run the part ("" when it could)
+    cpu: float = 0.0
 
 
 #: pytest's exit codes of a run that ran (0 all passed, 1 some failed, 5 none collected)
