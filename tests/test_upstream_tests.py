@@ -279,3 +279,18 @@ def test_a_sample_keeps_every_function_and_the_same_ids_each_time():
     assert {"unittests/a.py::test_g[x]", "unittests/a.py::test_h"} <= kept  # a function of one id keeps it
     assert 60 < sum(i.startswith("unittests/a.py::test_f") for i in kept) < 140
     assert plugin.sampled(ids, 1) == set(ids)
+
+
+def test_a_sample_for_every_domain_or_some():
+    assert up.parse_sample(None) == {} and up.parse_sample("1") == {}
+    assert up.parse_sample("4") == {"": 4}
+    assert up.parse_sample("classification=10, aggregation=2") == {"classification": 10, "bases": 2}
+    for bad in ("classfication=10", "ten", "classification=0"):
+        with pytest.raises(SystemExit, match="--sample"):
+            up.parse_sample(bad)
+    runner = up.Runner("python", "1.9.0", "/t", "/t", jobs=1, sample={"classification": 10})
+    sampled = runner.command(up.Part("classification", False), "r.jsonl", None, ["unittests/classification"])
+    assert ("--upstream-sample", "10") in zip(sampled, sampled[1:])
+    assert "--upstream-sample" not in runner.command(up.Part("bases", False), "r.jsonl", None, ["unittests/bases"])
+    rerun = runner.command(up.Part("classification", False), "r.jsonl", "ids.txt", ["unittests/a.py"], 2)
+    assert "--upstream-sample" not in rerun  # a rerun runs the ids it names

@@ -25,7 +25,8 @@ every policy that has an ``eager`` choice set to it (``TMPATCH_NAN_CHECK=eager``
 patched: a *correction* where :data:`CORRECTIONS` names it (a deliberate change of README's
 "Results and deliberate corrections"), else a *regression*. ``--both`` runs every test unpatched
 too, for the figures (tests passing unpatched, tests only tmpatch makes pass). ``--sample N`` runs
-every test function with a fixed 1/N of its parametrizations (the same ones on every run).
+every test function with a fixed 1/N of its parametrizations (the same ones on every run);
+``--sample classification=10`` does so in that domain only.
 
 The output ends with a table per domain (tests, failed patched, failed only patched, seconds) and
 the line ``upstream <release>: N regression(s), N correction(s), N flaky``. Exit status: 0 when no
@@ -373,9 +374,10 @@ def children_cpu() -> float:
 class Runner:
     """Runs parts of a release's tests in its venv, in a mode, optionally only some node ids."""
 
-    def __init__(self, python: str, release: str, tests_dir: str, scratch: str, jobs: int, sample: int = 1) -> None:
+    def __init__(self, python: str, release: str, tests_dir: str, scratch: str, jobs: int,
+                 sample: Optional[Mapping[str, int]] = None) -> None:
         self.python, self.release, self.tests_dir, self.scratch, self.jobs = python, release, tests_dir, scratch, jobs
-        self.sample = sample
+        self.sample = dict(sample or {})  # domain (or "" for every domain): N
         self.count = 0
 
     def parallel(self, part: Part, only_count: Optional[int]) -> bool:
@@ -391,8 +393,8 @@ class Runner:
                    "--continue-on-collection-errors"]  # a file that cannot be imported is its own error
         if only:
             command += ["--upstream-only", only]
-        elif self.sample > 1:
-            command += ["--upstream-sample", str(self.sample)]
+        elif self.sample.get(part.domain, self.sample.get("", 1)) > 1:
+            command += ["--upstream-sample", str(self.sample.get(part.domain, self.sample.get("", 1)))]
         if self.parallel(part, only_count):
             command += ["-n", str(self.jobs)]
         return command + list(paths)
@@ -563,6 +565,27 @@ def parse_domains(text: Optional[str], ci: bool) -> List[str]:
     return list(dict.fromkeys(names))
 
 
+def parse_sample(text: Optional[str]) -> Dict[str, int]:
+    """``--sample``: ``N`` (every domain: key "") or ``DOMAIN=N,...``; 1 is every test."""
+    if not text:
+        return {}
+    sample: Dict[str, int] = {}
+    for item in text.split(","):
+        domain, _, number = item.strip().rpartition("=")
+        domain = {"aggregation": "bases"}.get(domain.strip(), domain.strip())
+        if domain and domain not in DOMAINS:
+            raise SystemExit(f"upstream_tests: --sample: unknown domain {domain!r}; domains: {', '.join(DOMAINS)}")
+        try:
+            value = int(number)
+        except ValueError:
+            raise SystemExit(f"upstream_tests: --sample: {item.strip()!r} is not N or DOMAIN=N") from None
+        if value < 1:
+            raise SystemExit(f"upstream_tests: --sample: {item.strip()!r}: N must be 1 or more")
+        if value > 1:
+            sample[domain] = value
+    return sample
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -573,8 +596,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--both", action="store_true",
                         help="run every test unpatched too (the figures: passed unpatched, fixed by tmpatch)")
     parser.add_argument("--no-ddp", action="store_true", help="leave out the tests marked DDP")
-    parser.add_argument("--sample", type=int, default=1, metavar="N",
-                        help="every test function, with a fixed 1/N of its parametrizations (default 1: all)")
+    parser.add_argument("--sample", metavar="N|DOMAIN=N,...",
+                        help="every test function, with a fixed 1/N of its parametrizations, in every domain or in "
+                             "those named (default: every test)")
     parser.add_argument("--ddp-only", action="store_true", help="only the tests marked DDP")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                         help="pytest-xdist workers for the tests not marked DDP (default: the cores)")
@@ -584,6 +608,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="save every figure and finding as JSON")
     args = parser.parse_args(argv)
     domains = parse_domains(args.domains, args.ci)
+    sample = parse_sample(args.sample)
     archives = args.archives or find_archives()
     if not archives:
         say("upstream_tests: no shared/upstream folder beside the checkout or above it; name one with --archives")
@@ -598,10 +623,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         say(f"upstream_tests: {exc}")
         return 2
     scratch = tempfile.mkdtemp(prefix=f"runs-{args.release}-", dir=workdir)
-    runner = Runner(python, args.release, tests_dir, scratch, max(1, args.jobs), max(1, args.sample))
+    runner = Runner(python, args.release, tests_dir, scratch, max(1, args.jobs), sample)
     ddp_modes = [True] if args.ddp_only else [False] if (args.no_ddp or args.ci) else [False, True]
-    sample = f" (every test function, 1/{args.sample} of the parametrizations)" if args.sample > 1 else ""
-    say(f"upstream {args.release}: {', '.join(domains)}{'' if True in ddp_modes else ' (DDP tests left out)'}{sample}; "
+    sampled = ", ".join(f"{d or 'every domain'} 1/{n}" for d, n in sample.items())
+    sampled = f" (every test function, a share of the parametrizations: {sampled})" if sampled else ""
+    say(f"upstream {args.release}: {', '.join(domains)}{'' if True in ddp_modes else ' (DDP tests left out)'}{sampled}; "
         f"tests in {tests_dir}, runs' logs in {scratch}")
     figures: List[PartFigures] = []
     for domain in domains:
