@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import re
-import sys
 
 import pytest
 

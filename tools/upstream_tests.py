@@ -254,10 +254,10 @@ def drop_unloadable(python: str, package: str) -> bool:
     torch; netcal pulls it in): torchmetrics imports an installed torchvision, and would fail
     whole. Returns whether it was removed."""
     probe = subprocess.run([python, "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec({package!r}) is None)"],
-                           capture_output=True)
+                           capture_output=True, check=False)
     if probe.returncode != 0:
         return False  # not installed
-    if subprocess.run([python, "-c", f"import {package}"], capture_output=True).returncode == 0:
+    if subprocess.run([python, "-c", f"import {package}"], capture_output=True, check=False).returncode == 0:
         return False
     subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "--yes", package], check=True,
                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -334,7 +334,7 @@ def make_venv(release: str, domains: Sequence[str], torch_version: str) -> str:
                    f"torch=={torch_version}", *own_requirements()]
         for path in requirement_files(release, wanted):
             command += ["-r", path]
-        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"pip failed for {release} ({', '.join(missing)}):\n{proc.stdout[-4000:]}")
         drop_unloadable(python, "torchvision")
