@@ -101,6 +101,8 @@ def test_first_line_of_an_error():
     assert plugin.first_line(_Repr("  ", "collect failed\n\nImportError while importing\n")) == \
         "ImportError while importing"
     assert plugin.first_line(("t.py", 3, "Skipped: no sklearn")) == "Skipped: no sklearn"
+    assert plugin.first_line(_Repr("RuntimeError: \nattribute lookup is not defined on python value:\n  File")) == \
+        "RuntimeError: attribute lookup is not defined on python value:"  # TorchScript's
 
 
 def test_the_plugin_reports_every_test_and_runs_only_the_ids_named(pytester, monkeypatch):

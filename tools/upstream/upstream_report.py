@@ -28,8 +28,9 @@ def pytest_addoption(parser: Any) -> None:
 
 
 def first_line(longrepr: Any) -> str:
-    """The first line of a report's error: the crash message (``RuntimeError: ...``) where the
-    report has one, else the first ``E`` line of the text, else its last non-empty line."""
+    """The first line of a report's error: the crash message (``RuntimeError: ...``; with its next
+    line where the first ends with a colon, as TorchScript's do) where the report has one, else the
+    first ``E`` line of the text, else its last non-empty line."""
     if longrepr is None:
         return ""
     if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, line, reason)
@@ -37,7 +38,10 @@ def first_line(longrepr: Any) -> str:
     crash = getattr(longrepr, "reprcrash", None)
     message = getattr(crash, "message", None)
     if message and message.strip():
-        return message.strip().splitlines()[0]
+        lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+        if lines[0].endswith(":") and len(lines) > 1:  # "RuntimeError: " and the text on the next line
+            return f"{lines[0]} {lines[1]}"
+        return lines[0]
     text = str(longrepr)
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     marked = [line[1:].strip() for line in lines if line.startswith("E ")]
