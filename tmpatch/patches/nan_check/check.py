@@ -84,7 +84,9 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                 warn(release.warning, UserWarning)
 
         def impute(x: Any, nan: Any, value: float) -> Any:
-            return where(nan, value, x)  # a Python number: no type promotion, no copy to the device
+            # in x's dtype (no type promotion, no copy to the device); eager, in one kernel: the
+            # fill value a constant made once per device, not a 0-d tensor filled at every call
+            return where(nan, _constants.operand(value, x), x)
 
         def check(metric: Any, kind: str, strategy: Any, x: Any, weight: Any, dtype: Any,
                   shortcut: bool) -> Tuple[Any, Any]:
