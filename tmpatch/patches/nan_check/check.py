@@ -176,7 +176,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                 where(nan, fill, given, out=value)
                 if not imputing and strategy != "ignore":
                     report(metric, strategy, nan)
-                return where(nan, 1.0 if imputing else 0.0, weight).float()
+                return where(nan, _constants.operand(1.0 if imputing else 0.0, weight), weight).float()
 
             def _cast_and_nan_check_input_1_0_0(original: Callable, self: Any, x: Any) -> Any:
                 tracing = compiling()
@@ -223,7 +223,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                 if value is not x and value.shape == weight_nan.shape:  # a tensor of ours (torch.where's)
                     with enable_grad() if value.requires_grad else contextlib.nullcontext():
                         value.masked_fill_(weight_nan, self.nan_strategy if imputing else 0.0)
-                return where(nan, 1.0 if imputing else 0.0, weight).float()
+                return where(nan, _constants.operand(1.0 if imputing else 0.0, weight), weight).float()
 
             return _cast_and_nan_check_input_1_0_0
 
