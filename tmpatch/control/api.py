@@ -96,6 +96,8 @@ def _put(target: Target, patch: Patch, variant: Variant, told: Recognised, sweep
     gating recognised (:func:`gating.recognised`), for builders that are told it."""
     key = _key(target)
     module = sys.modules[target.module]
+    if sweep:
+        _engine.prepare(_scope(target))  # before the replacement, which holds the original, is built
     part = (variant, gating.build(variant, module, told))
     joined = {**_holders(key), patch.name: part}
     replacement = _joined(key, module, {name: joined[name] for name in catalogue.NAMES if name in joined})

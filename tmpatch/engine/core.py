@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import wrapt
 
+from tmpatch.engine import fingerprint
 from tmpatch.engine.layers import Key, Layer, Replacement, give, wrap
 from tmpatch.engine.references import PatchError, Place, _chain, _Index, find_references, owner_of, resolve
 
@@ -115,7 +116,8 @@ class Engine:
         if self._index is not None:  # nested: the outer batch's index serves
             yield
             return
-        self._index = self._kept if resume and self._kept is not None else _Index(resumable=resume)
+        self._index = self._kept if resume and self._kept is not None else \
+            _Index(resumable=resume, known=fingerprint.held)
         self._kept = None
         try:
             yield
@@ -123,6 +125,14 @@ class Engine:
             if resume:
                 self._kept = self._index
             self._index = None
+
+    def prepare(self, scope: str) -> None:
+        """In a batch, look through ``sys.modules`` for ``scope`` now, before the caller builds
+        a replacement (which holds the original): the look counts who else holds each function
+        of the scope (:mod:`tmpatch.engine.references`), and one held by the scope's modules
+        alone needs no look through the program's other modules. Nothing outside a batch."""
+        if self._index is not None:
+            self._index.prepare(scope)
 
     # -- layers -----------------------------------------------------------
     def layer(self, key: Key) -> Optional[Layer]:

@@ -16,7 +16,7 @@ import io
 import sys
 import textwrap
 import tokenize
-from typing import Callable, Dict, List, Set, Tuple
+from typing import Any, Callable, Dict, List, Set, Tuple
 
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _MARKERS = {tokenize.INDENT: "<in>", tokenize.DEDENT: "<out>", tokenize.NEWLINE: "<nl>"}
@@ -110,6 +110,12 @@ def fingerprint(func: Callable) -> str:
             cache.put(cache.FINGERPRINT, key, digest)
     _memo[id(func)] = (func, digest)
     return digest
+
+
+def held(func: Any) -> int:
+    """How many references to ``func`` this module keeps (its fingerprint remembered: one)."""
+    known = _memo.get(id(func))
+    return 1 if known is not None and known[0] is func else 0
 
 
 def source_fingerprint(source: str) -> str:
