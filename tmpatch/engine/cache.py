@@ -168,9 +168,18 @@ def source_key(func: Any) -> Optional[Key]:
     return (path, digest, code.co_firstlineno, getattr(func, "__qualname__", code.co_name))
 
 
+#: path -> (digest, linecache's lines then): :func:`read_as_inspect` found them the same text
+_agreed: Dict[str, Tuple[str, Any]] = {}
+
+
 def read_as_inspect(path: str, digest: str) -> bool:
     """Whether the text ``inspect`` (through ``linecache``) holds for ``path`` is the file
-    whose bytes have ``digest``: a value computed from that text may be stored under it."""
+    whose bytes have ``digest``: a value computed from that text may be stored under it
+    (remembered while ``linecache`` keeps the same lines)."""
+    lines = linecache.getlines(path)
+    known = _agreed.get(path)
+    if known is not None and known[0] == digest and known[1] is lines:
+        return True
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -180,7 +189,10 @@ def read_as_inspect(path: str, digest: str) -> bool:
         text = io.TextIOWrapper(io.BytesIO(data), encoding, line_buffering=True).read()
     except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
         return False
-    return "".join(linecache.getlines(path)) == text
+    if "".join(lines) != text:
+        return False
+    _agreed[path] = (digest, lines)
+    return True
 
 
 def get(kind: str, key: Key) -> Any:
@@ -245,5 +257,6 @@ def clear() -> None:
         _entries = None
         _name = None
         _digests.clear()
+        _agreed.clear()
         for table in _new.values():
             table.clear()

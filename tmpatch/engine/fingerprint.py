@@ -13,9 +13,11 @@ import hashlib
 import importlib
 import inspect
 import io
+import linecache
 import sys
 import textwrap
 import tokenize
+import types
 from typing import Any, Callable, Dict, List, Set, Tuple
 
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
@@ -29,10 +31,29 @@ class FingerprintError(ValueError):
     """The object has no readable Python source."""
 
 
+def _definitions(tree: ast.AST) -> List[ast.AST]:
+    """Every statement in ``tree``, at any depth (the nodes of ``ast.walk`` that can be a ``def`` or
+    a ``class``: only statements, and the handlers and cases that hold them, are walked)."""
+    found: List[ast.AST] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                stack.extend(child for child in value if isinstance(child, _NESTED))
+    return found
+
+
+#: what holds statements: statements, ``except`` handlers, ``case`` clauses
+_NESTED = (ast.stmt, ast.excepthandler) + ((ast.match_case,) if hasattr(ast, "match_case") else ())
+
+
 def _docstring_lines(source: str) -> Set[int]:
     tree = ast.parse(source)
     lines: Set[int] = set()
-    for node in ast.walk(tree):
+    for node in _definitions(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
             first = node.body[0]
             if (
@@ -45,13 +66,33 @@ def _docstring_lines(source: str) -> Set[int]:
     return lines
 
 
+#: id(code) -> (the code, linecache's entry of its file then, ``inspect.getsource`` of its function)
+_sources: Dict[int, Tuple[Any, Any, str]] = {}
+
+
+def source(func: Callable) -> str:
+    """``inspect.getsource(func)``, remembered per code object while ``linecache`` keeps the same
+    entry for its file (the fingerprint and an edit of one function read it once); raises as
+    ``inspect.getsource`` does."""
+    code = getattr(func, "__code__", None)
+    if type(code) is not types.CodeType:
+        return inspect.getsource(func)
+    known = _sources.get(id(code))
+    if known is not None and known[0] is code and known[1] is not None and \
+            linecache.cache.get(code.co_filename) is known[1]:
+        return known[2]
+    text = inspect.getsource(func)
+    _sources[id(code)] = (code, linecache.cache.get(code.co_filename), text)
+    return text
+
+
 def tokens(func: Callable) -> List[str]:
     """The normalised token stream of ``func``'s source."""
     try:
-        source = inspect.getsource(func)
+        text = source(func)
     except (OSError, TypeError) as exc:
         raise FingerprintError(f"no source for {func!r}: {exc}") from None
-    return source_tokens(source)
+    return source_tokens(text)
 
 
 def source_tokens(source: str) -> List[str]:
