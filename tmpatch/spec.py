@@ -3,9 +3,9 @@
 A patch module describes *what* it repairs (targets, the upstream code it
 recognises, the replacement for each implementation, the audit labels of the
 syncs it removes); the engine decides *how* to put it in place. Nothing here
-imports torch, torchmetrics or wrapt. Release ranges are packaging's
-``SpecifierSet`` (:func:`span`, :func:`since`), shown as ``1.0.0-1.2.0``
-(:func:`describe`).
+imports torch, torchmetrics or wrapt. Release ranges are :class:`Releases` (:func:`span`,
+:func:`since`), read as packaging's specifiers would read ``>=first,<=last``, shown as
+``1.0.0-1.2.0`` (:func:`describe`).
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 #: ``build(module) -> replacement``: called once, when the target's module is
@@ -96,20 +95,65 @@ def gated(slot: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return mark
 
 
-def span(first: str, last: Optional[str] = None) -> SpecifierSet:
+class Releases:
+    """The host releases ``first`` to ``last`` inclusive (``last`` None: every later one), as
+    packaging's specifiers read ``>=first,<=last`` (``==first`` for one release): prereleases
+    in, a local label (``+cu118``) ignored. The catalogue makes hundreds when it is imported:
+    the texts are read as versions when first compared."""
+
+    __slots__ = ("first", "last", "_bounds")
+
+    def __init__(self, first: str, last: Optional[str] = None) -> None:
+        self.first = first
+        self.last = last
+        self._bounds: Optional[Tuple[Version, Optional[Version]]] = None
+
+    def bounds(self) -> Tuple[Version, Optional[Version]]:
+        """``(first, last)`` as versions (``last`` None: open)."""
+        if self._bounds is None:
+            self._bounds = (_version(self.first), None if self.last is None else _version(self.last))
+        return self._bounds
+
+    def contains(self, release: Union[str, Version], prereleases: bool = True) -> bool:
+        """Whether ``release`` (a text or a version) is in the range, as packaging's
+        ``SpecifierSet.contains`` answers (``prereleases=False``: none of them)."""
+        version = release if isinstance(release, Version) else _version(release)
+        if version.is_prerelease and not prereleases:
+            return False
+        public = _version(version.public) if version.local else version
+        first, last = self.bounds()
+        return first <= public and (last is None or public <= last)
+
+    def __contains__(self, release: Union[str, Version]) -> bool:
+        return self.contains(release)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Releases) and (self.first, self.last) == (other.first, other.last)
+
+    def __hash__(self) -> int:
+        return hash((Releases, self.first, self.last))
+
+    def __str__(self) -> str:
+        if self.last == self.first:
+            return f"=={self.first}"
+        return f">={self.first}" if self.last is None else f">={self.first},<={self.last}"
+
+    def __repr__(self) -> str:
+        return f"Releases({self.first!r}, {self.last!r})"
+
+
+def span(first: str, last: Optional[str] = None) -> Releases:
     """The releases ``first`` to ``last`` inclusive (``first`` alone without ``last``)."""
-    if last is None or last == first:
-        return SpecifierSet(f"=={first}")
-    return SpecifierSet(f">={first},<={last}")
+    return Releases(first, first if last is None else last)
 
 
-def since(first: str) -> SpecifierSet:
+def since(first: str) -> Releases:
     """``first`` and every later release."""
-    return SpecifierSet(f">={first}")
+    return Releases(first)
 
 
 _versions: Dict[str, Version] = {}  # a release's text -> its Version (parsed once)
-_contained: Dict[Tuple[int, str], Tuple[SpecifierSet, bool]] = {}  # (id(range), release) -> (range, in it)
+_contained: Dict[Tuple[Releases, str], bool] = {}  # (range, release) -> in it
 
 
 def _version(text: str) -> Version:
@@ -119,41 +163,30 @@ def _version(text: str) -> Version:
     return version
 
 
-def bounds(releases: SpecifierSet) -> Tuple[Optional[Version], Optional[Version]]:
+def bounds(releases: Releases) -> Tuple[Optional[Version], Optional[Version]]:
     """``(first, last)`` of a range made by :func:`span` or :func:`since` (None: unbounded)."""
-    first = last = None
-    for spec in releases:
-        version = _version(spec.version)
-        if spec.operator in ("==", "==="):
-            first = last = version
-        elif spec.operator == ">=":
-            first = version
-        elif spec.operator == "<=":
-            last = version
-    return first, last
+    return releases.bounds()
 
 
-def describe(releases: SpecifierSet) -> str:
+def describe(releases: Releases) -> str:
     """``1.0.0-1.2.0``, ``1.6.0`` or ``1.0.0+``: a range as ``status()`` shows it."""
     first, last = bounds(releases)
-    if first is None:
-        return str(releases)
     if last is None:
         return f"{first}+"
     return str(first) if first == last else f"{first}-{last}"
 
 
-def contains(releases: SpecifierSet, release: str) -> bool:
+def contains(releases: Releases, release: str) -> bool:
     """Whether ``release`` is in the range (False for a version packaging cannot read);
-    remembered per range object and release (gating asks it for every patch on every import)."""
-    known = _contained.get((id(releases), release))
-    if known is not None and known[0] is releases:
-        return known[1]
+    remembered per range and release (gating asks it for every patch on every import)."""
+    known = _contained.get((releases, release))
+    if known is not None:
+        return known
     try:
-        inside = releases.contains(_version(release), prereleases=True)
+        inside = releases.contains(release)
     except InvalidVersion:
         inside = False
-    _contained[(id(releases), release)] = (releases, inside)
+    _contained[(releases, release)] = inside
     return inside
 
 
@@ -188,7 +221,7 @@ class Variant:
     upstream fix: the patch is then *not-needed* on that release.
     """
 
-    releases: SpecifierSet
+    releases: Releases
     fingerprint: str
     build: Union[Builder, Rewrite, None] = None
 
@@ -207,7 +240,7 @@ class Target:
     module: str
     qualname: str
     variants: Tuple[Variant, ...]
-    present: Optional[SpecifierSet] = None
+    present: Optional[Releases] = None
     shared: bool = False
 
     @property
@@ -227,7 +260,7 @@ class Decline:
     (``reason``: the words of its ``status()`` row). ``needed``: the defect is there (the row
     is *unsupported*, a problem); False: these releases do not have it (*not-needed*)."""
 
-    releases: SpecifierSet
+    releases: Releases
     reason: str
     needed: bool = True
 
@@ -327,7 +360,7 @@ class Patch:
 
     name: str
     summary: str
-    known: SpecifierSet
+    known: Releases
     targets: Tuple[Target, ...]
     upstream: str = ""
     changes: str = ""

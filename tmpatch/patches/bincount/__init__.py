@@ -48,10 +48,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from packaging.specifiers import SpecifierSet
 
 from tmpatch.patches.bincount import counting, formatters, metrics, updates
-from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Variant, since, span
+from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Releases, Target, Variant, since, span
 
 _DATA = "torchmetrics.utilities.data"
 _STAT = "torchmetrics.classification.stat_scores"
@@ -62,7 +61,7 @@ _CURVE = "torchmetrics.classification.precision_recall_curve"
 _CURVE_FN = "torchmetrics.functional.classification.precision_recall_curve"
 
 
-def _one(module: str, qualname: str, *variants: Variant, present: Optional[SpecifierSet] = None) -> Target:
+def _one(module: str, qualname: str, *variants: Variant, present: Optional[Releases] = None) -> Target:
     return Target(module=module, qualname=qualname, variants=variants, present=present)
 
 
