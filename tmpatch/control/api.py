@@ -17,7 +17,7 @@ from tmpatch import patches as catalogue
 from tmpatch.engine import cache
 from tmpatch.runtime import compiled
 from tmpatch.control import gating, selection, settings
-from tmpatch.engine.core import Engine
+from tmpatch.engine.core import Engine, collector_paused
 from tmpatch.spec import LEAVE, Patch, Recognised, Requirement, Setting, Target, Variant
 from tmpatch.control.report import PatchStatus, Report, State
 from tmpatch.runtime import wrappers
@@ -230,7 +230,7 @@ def _on_import(module: types.ModuleType) -> None:
     hook fires for) does not count: its own hook comes when it is done.
     """
     importing = _host_importing(module)
-    with _engine.lock, _engine.batch(resume=importing):
+    with collector_paused(), _engine.lock, _engine.batch(resume=importing):
         for name in [n for n in catalogue.NAMES if n in _pending]:
             patch = catalogue.load(name)
             if all(_loaded(module_name, module) for module_name in _modules(patch)):
@@ -278,6 +278,17 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
     checked before anything changes (``TypeError``/``ValueError`` naming the
     valid ones). Returns the report.
     """
+    with collector_paused():  # what apply() makes and drops never reaches an old generation
+        report, selected = _apply(patches, exclude, strict, policies)
+    if strict:
+        problems = report.problems(selected)
+        if problems:
+            raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
+    return report
+
+
+def _apply(patches: Names, exclude: Names, strict: bool, policies: Dict[str, str]) -> Tuple[Report, List[str]]:
+    """:func:`apply` but for the strict check: the report and the patches selected."""
     global _warned_missing
     selected, excluded, chosen_policies = selection.check_apply(patches, exclude, strict, policies)
     current_policies.update(chosen_policies)
@@ -289,7 +300,7 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
                 raise TmpatchError(message)
             if not _warned_missing:
                 _warned_missing = True
-                warnings.warn(message, TmpatchWarning, stacklevel=2)
+                warnings.warn(message, TmpatchWarning, stacklevel=3)  # the caller of apply()
         for name in excluded:
             if not _is_applied(name) and name not in _pending:
                 _rows[name] = (State.EXCLUDED, "left out by the caller")
@@ -311,12 +322,7 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: bool = False,
                         reason = "torchmetrics is not installed; armed in case it is imported later"
                     _rows[name] = (State.PENDING, reason)
         cache.flush()
-        report = status()
-    if strict:
-        problems = report.problems(selected)
-        if problems:
-            raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
-    return report
+        return status(), selected
 
 
 def revert(patches: Names = None) -> Report:
