@@ -13,7 +13,8 @@ later process (within one process, a file's hash is kept while its size, time an
 stay, as ``linecache`` keeps its lines).
 
 Where: ``$XDG_CACHE_HOME/tmpatch`` (``~/.cache/tmpatch`` when the variable is unset or
-not an absolute path). A cache file that is missing, unreadable, from another version,
+not an absolute path: :func:`tmpatch.engine.bytecode.directory`, whose module keeps tmpatch's
+own bytecode there where Python writes none). A cache file that is missing, unreadable, from another version,
 corrupt (it carries a checksum), another user's or writable by others (it holds code
 that runs) is a miss; one that cannot be written is not written. Neither is ever an
 error: the values are computed as without a cache.
@@ -31,6 +32,8 @@ import sys
 import threading
 import tokenize
 from typing import Any, Dict, Optional, Tuple
+
+from tmpatch.engine.bytecode import directory
 
 log = logging.getLogger("tmpatch")
 
@@ -55,17 +58,6 @@ _entries: Optional[Dict[str, Dict[Key, Any]]] = None  # None: not read yet
 _new: Dict[str, Dict[Key, Any]] = {kind: {} for kind in _KINDS}
 _digests: Dict[str, Tuple[Tuple[int, int, int], str]] = {}  # path -> (its stat, the SHA-1 of its bytes)
 _name: Optional[str] = None  # the file name ('' : no cache)
-
-
-def directory() -> str:
-    """The cache directory: ``$XDG_CACHE_HOME/tmpatch`` or ``~/.cache/tmpatch`` ('' if there is no home)."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):
-        home = os.path.expanduser("~")
-        if not os.path.isabs(home):
-            return ""
-        base = os.path.join(home, ".cache")
-    return os.path.join(base, "tmpatch")
 
 
 def _file_name() -> str:
