@@ -337,7 +337,7 @@ def revert(patches: Names = None) -> Report:
     ``apply()`` works again afterwards.
     """
     chosen = selection.names(patches, "tmpatch.revert(patches=...)")
-    with _engine.lock, _engine.batch():
+    with collector_paused(), _engine.lock, _engine.batch():
         dropped: Dict[str, str] = {}
         for name in catalogue.NAMES:
             if chosen is not None and name not in chosen:
