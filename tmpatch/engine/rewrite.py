@@ -208,6 +208,23 @@ def _route(function: ast.FunctionDef) -> None:
     body.insert(first, guard)
 
 
+def _nodes(tree: ast.AST) -> List[ast.AST]:
+    """Every node of ``tree`` (those of ``ast.walk``, in another order)."""
+    found: List[ast.AST] = []
+    stack = [tree]
+    node_type = ast.AST
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, node_type):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(item for item in value if isinstance(item, node_type))
+    return found
+
+
 def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str, ...]) -> types.CodeType:
     """The module code that defines ``__tmpatch_rewrite__(*helpers)``, a factory returning the
     edited function."""
@@ -217,10 +234,10 @@ def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str,
     except (OSError, TypeError) as exc:
         raise RewriteError(f"no source for {func.__qualname__}: {exc}") from None
     source = textwrap.dedent(raw)
-    tree = ast.parse(source)
+    tree = ast.parse("\n" * (code.co_firstlineno - 1) + source)  # the file's lines, as they are
     indent = len(raw) - len(raw.lstrip()) - (len(source) - len(source.lstrip()))
     if indent:  # a method: the file's columns (tracebacks underline by them), not the dedented ones
-        for node in ast.walk(tree):
+        for node in _nodes(tree):
             if getattr(node, "col_offset", None) is not None:
                 node.col_offset += indent
             if getattr(node, "end_col_offset", None) is not None:
@@ -234,7 +251,6 @@ def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str,
         _apply(function, edit)
     if not code.co_flags & _NOT_PLAIN:
         _route(function)
-    ast.increment_lineno(tree, code.co_firstlineno - 1)
     # a factory whose parameters are the helpers: the edited function closes over them
     module = ast.parse(f"def __tmpatch_rewrite__({', '.join(helpers)}):\n    return {function.name}\n")
     factory = module.body[0]
