@@ -60,9 +60,16 @@ def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tmpatch' has no attribute {name!r}")
+    import gc
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    collecting = gc.isenabled()
+    gc.disable()  # tmpatch's modules are imported with the collector paused, as apply() runs
+    try:
+        value = getattr(importlib.import_module(module), name)
+    finally:
+        if collecting:
+            gc.enable()
     globals()[name] = value
     return value
 
