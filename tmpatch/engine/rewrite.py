@@ -136,11 +136,13 @@ def _keep_lines(statements: List[ast.stmt], release: List[ast.stmt]) -> None:
     holders: List[Any] = [statements]
     for statement in statements:
         holders.extend(getattr(owner, name) for owner, name in _blocks(statement))
+    placed = set()  # the release's statements put in already: a second place gets a copy
     for block in holders:
         for i, node in enumerate(block):
             same = next((kept for kept in release if _same(node, kept)), None)
             if same is not None:
-                block[i] = copy.deepcopy(same)
+                block[i] = copy.deepcopy(same) if id(same) in placed else same  # it leaves its own block
+                placed.add(id(same))
 
 
 def _apply(function: ast.FunctionDef, edit: Any) -> None:
