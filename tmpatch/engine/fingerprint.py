@@ -18,7 +18,7 @@ import sys
 import textwrap
 import tokenize
 import types
-from typing import Any, Callable, Dict, List, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _MARKERS = {tokenize.INDENT: "<in>", tokenize.DEDENT: "<out>", tokenize.NEWLINE: "<nl>"}
@@ -89,10 +89,76 @@ def source(func: Callable) -> str:
 def tokens(func: Callable) -> List[str]:
     """The normalised token stream of ``func``'s source."""
     try:
+        if _ONE_PASS:
+            read = _read(func)
+            if read is not None:
+                return _block_tokens(*read)
         text = source(func)
     except (OSError, TypeError) as exc:
         raise FingerprintError(f"no source for {func!r}: {exc}") from None
     return source_tokens(text)
+
+
+#: before Python 3.12 the tokenizer is written in Python, and ``inspect.getsource`` tokenizes a
+#: function's lines to find its end: :func:`_read` keeps those tokens for the fingerprint (a
+#: third of the first ``apply()`` after an install), instead of tokenizing the text again
+_ONE_PASS = sys.version_info < (3, 12)
+
+
+def _read(func: Callable) -> Optional[Tuple[str, List[tokenize.TokenInfo]]]:
+    """``inspect.getsource(func)`` (as ``inspect.getsourcelines`` finds it: the lines ``getblock``
+    takes from the function's first line on) and the tokens of those lines; None where the
+    tokenizer stopped on an error (the text is then tokenized again by :func:`source_tokens`).
+    The text is remembered as :func:`source` remembers it."""
+    code = getattr(func, "__code__", None)
+    target = inspect.unwrap(func)
+    lines, start = inspect.findsource(target)
+    rest = lines[start:]
+    finder = inspect.BlockFinder()
+    seen: List[tokenize.TokenInfo] = []
+    try:
+        for token in tokenize.generate_tokens(iter(rest).__next__):
+            seen.append(token)
+            finder.tokeneater(*token)
+    except inspect.EndOfBlock:
+        pass
+    except (IndentationError, tokenize.TokenError):
+        return None  # inspect returns the lines up to there: tokenized as text, as ever
+    text = "".join(rest[:finder.last])
+    if type(code) is types.CodeType:
+        _sources[id(code)] = (code, linecache.cache.get(code.co_filename), text)
+    return text, [token for token in seen if token.start[0] <= finder.last]
+
+
+def _block_tokens(text: str, raw: List[tokenize.TokenInfo]) -> List[str]:
+    """:func:`source_tokens` of ``text`` from the tokens of its own lines, as they stand in the
+    file (``raw``): the tokens of the dedented text are these, but for a first INDENT the
+    dedented text lacks, the DEDENTs that close it at its end, and the text of a string that
+    spans lines (dedenting takes the margin off its lines too)."""
+    source = textwrap.dedent(text)
+    skip_lines = _docstring_rows(raw)
+    lines = source.splitlines(keepends=True)
+    file_lines = text.splitlines(keepends=True)
+    if raw and raw[0].type == tokenize.INDENT and lines and lines[0][:1] not in (" ", "\t"):
+        raw = raw[1:]  # the file's first line is indented; the dedented one is not
+    out: List[str] = []
+    opened = 0
+    for token in raw:
+        kind = token.type
+        if kind == tokenize.INDENT:
+            opened += 1
+        elif kind == tokenize.DEDENT:
+            opened -= 1
+        if kind in _SKIPPED or token.start[0] in skip_lines:
+            continue
+        (row, column), (end_row, end_column) = token.start, token.end
+        if kind == tokenize.STRING and row != end_row:  # its text as dedenting leaves it
+            cut = len(file_lines[row - 1]) - len(lines[row - 1])
+            end_cut = len(file_lines[end_row - 1]) - len(lines[end_row - 1])
+            out.append(_text(lines, (row, column - cut), (end_row, end_column - end_cut)))
+        else:
+            out.append(_MARKERS.get(kind, token.string))
+    return out + ["<out>"] * opened  # the DEDENTs the end of the dedented text gives
 
 
 def source_tokens(source: str) -> List[str]:
@@ -118,6 +184,66 @@ def source_tokens(source: str) -> List[str]:
             continue
         out.append(_MARKERS.get(tok.type, tok.string))
     return out
+
+
+#: string prefixes whose literal is not a ``str`` constant (bytes, f-strings): never a docstring
+_NOT_TEXT = frozenset("bBfF")
+_OPENERS, _CLOSERS = frozenset("([{"), frozenset(")]}")
+
+
+def _docstring_rows(tokens: List[tokenize.TokenInfo]) -> Set[int]:
+    """:func:`_docstring_lines` from a block's tokens (Python before 3.12, whose f-strings are one
+    STRING token): the rows of the first statement of every ``def`` and ``class`` body that is
+    nothing but string literals (concatenated, parenthesised), none of them bytes or f-strings:
+    what the syntax tree calls a docstring, ``Expr(Constant(str))``, from its first row to its last."""
+    rows: Set[int] = set()
+    count = len(tokens)
+    index = 0
+    while index < count:
+        token = tokens[index]
+        index += 1
+        if token.type != tokenize.NAME or token.string not in ("def", "class"):
+            continue
+        depth = 0  # the header: up to its ':' outside brackets
+        while index < count:
+            string = tokens[index].string
+            index += 1
+            if tokens[index - 1].type == tokenize.OP:
+                if string in _OPENERS:
+                    depth += 1
+                elif string in _CLOSERS:
+                    depth -= 1
+                elif string == ":" and depth == 0:
+                    break
+        at = index  # the body's first statement: its tokens up to a NEWLINE or ';' outside brackets
+        while at < count and tokens[at].type in (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT):
+            at += 1
+        first = last = None
+        depth, strings, plain = 0, 0, True
+        while at < count:
+            kind, string = tokens[at].type, tokens[at].string
+            if kind == tokenize.NEWLINE or (kind == tokenize.OP and string == ";" and depth == 0):
+                break
+            if kind in (tokenize.NL, tokenize.COMMENT):
+                at += 1
+                continue
+            if kind == tokenize.STRING:
+                strings += 1
+                if _NOT_TEXT.intersection(string[:string.index(string[-1])]):
+                    plain = False
+            elif kind == tokenize.OP and string == "(":
+                depth += 1
+            elif kind == tokenize.OP and string == ")" and depth:
+                depth -= 1
+            else:
+                plain = False
+            if first is None:
+                first = tokens[at].start[0]
+            last = tokens[at].end[0]
+            at += 1
+        if plain and strings and first is not None and last is not None:
+            rows.update(range(first, last + 1))
+    return rows
 
 
 def _text(lines: List[str], start: Tuple[int, int], end: Tuple[int, int]) -> str:
