@@ -44,7 +44,7 @@ FREE_THREADED = "free-threaded builds exist from Python 3.13 on: sysconfig (abou
 LAZY_IMPORTS = {
     ("tmpatch", "__getattr__", "importlib"): START_UP,
     ("tmpatch", "__getattr__", "gc"): START_UP,
-    ("tmpatch.bootstrap", "_spec_with_strict_check", "importlib.util"): START_UP,
+    ("tmpatch.bootstrap", "_spec_through_the_hooks", "importlib.util"): START_UP,
     ("tmpatch.bootstrap", "activate", "tmpatch.patches"): START_UP,
     ("tmpatch.bootstrap", "activate", "tmpatch.control.api"): START_UP,
     ("tmpatch.bootstrap", "_check_strict", "tmpatch.control.api"): START_UP,
