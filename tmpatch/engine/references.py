@@ -124,26 +124,40 @@ def _chain(obj: Any) -> Iterator[Any]:
             return
 
 
+#: the types of values that are neither functions, nor classes, nor proxies passing for one:
+#: a module's values of these are passed over without an ``isinstance`` look-up of ``__class__``
+_PLAIN = frozenset({str, bytes, int, float, complex, bool, type(None), tuple, list, dict, set, frozenset,
+                    types.ModuleType, types.BuiltinFunctionType, types.MethodType, property, type(Ellipsis)})
+
+
 def _functions_of(module: types.ModuleType) -> List[types.FunctionType]:
     """Functions defined in ``module``, at top level and in its classes, and the plain
     functions under a wrapper there (``__wrapped__``): a wrapped function's defaults still
     serve every call that reaches it (tmpatch's own layers wrap such functions)."""
     name = module.__name__
     function = types.FunctionType
+    plain = _PLAIN
     found: List[types.FunctionType] = []
     add = found.append
     for value in list(vars(module).values()):
-        if type(value) is function:  # the common case first: no isinstance, no __dict__ made
+        kind = type(value)
+        if kind is function:  # the common case first: no isinstance, no __dict__ made
             add(value)
             if getattr(value, "__wrapped__", None) is not None:
                 found += _inner(value)
+        elif kind in plain:
+            continue
         elif isinstance(value, function):  # a proxy that passes for one
             found += _unwrapped(value)
         elif isinstance(value, type) and value.__module__ == name:
             for member in list(vars(value).values()):
-                if isinstance(member, (staticmethod, classmethod)):
+                kind = type(member)
+                if kind in plain:
+                    continue
+                if kind is staticmethod or kind is classmethod or isinstance(member, (staticmethod, classmethod)):
                     member = member.__func__
-                if type(member) is function:
+                    kind = type(member)
+                if kind is function:
                     add(member)
                     if getattr(member, "__wrapped__", None) is not None:
                         found += _inner(member)
@@ -171,7 +185,7 @@ def _sweepable(module_name: str, module: Any) -> Optional[Dict[str, Any]]:
 
 
 def _in_scope(module_name: str, scope: str) -> bool:
-    return module_name == scope or module_name.startswith(scope + ".")
+    return module_name.startswith(scope) and (len(module_name) == len(scope) or module_name[len(scope)] == ".")
 
 
 def _default_places(module: types.ModuleType, plain: bool = False) -> List[Tuple[Any, str, Any, Any]]:
