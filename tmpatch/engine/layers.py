@@ -22,7 +22,6 @@ import inspect
 import marshal
 import types
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tmpatch.engine import cache
@@ -36,24 +35,27 @@ Replacement = Callable[..., Any]
 GATE = "_tmpatch_gate"
 
 
-@dataclass
 class Layer:
     """tmpatch's wrapper around one target and the places it was put in."""
 
-    key: Key
-    original: Any
-    wrapper: Any = None
-    active: bool = False
-    replacement: Any = None
-    gate: Any = None  # the replacement's gate (GATE), if it has one
-    route: Optional[Route] = None  # an inline layer's route (its wrapper is the inline form's copy)
-    places: List[Place] = field(default_factory=list)
-    residue: str = ""
-    #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
-    watch: List[Place] = field(default_factory=list)
-    #: an inline layer's earlier copies (replaced by :func:`give`) still held somewhere, a mock's
-    #: saved value say: they lead to ``wrapper``, and a removal puts the original back for them too
-    retired: "weakref.WeakSet[Any]" = field(default_factory=weakref.WeakSet)
+    def __init__(self, key: Key, original: Any) -> None:
+        self.key = key
+        self.original = original
+        self.wrapper: Any = None
+        self.active = False
+        self.replacement: Any = None
+        self.gate: Any = None  # the replacement's gate (GATE), if it has one
+        self.route: Optional[Route] = None  # an inline layer's route (its wrapper is the inline form's copy)
+        self.places: List[Place] = []
+        self.residue = ""
+        #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
+        self.watch: List[Place] = []
+        #: an inline layer's earlier copies (replaced by :func:`give`) still held somewhere, a mock's
+        #: saved value say: they lead to ``wrapper``, and a removal puts the original back for them too
+        self.retired: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    def __repr__(self) -> str:
+        return f"Layer({self.key[0]}.{self.key[1]}, active={self.active})"
 
     def ours(self) -> List[Any]:
         """The wrapper and its earlier copies still alive."""

@@ -14,7 +14,6 @@ import gc
 import itertools
 import sys
 import types
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 _MAX_WRAP_DEPTH = 32
@@ -48,13 +47,18 @@ class PatchError(RuntimeError):
     """A target could not be resolved or wrapped."""
 
 
-@dataclass
 class Place:
     """One reference that held the original: ``kind`` is attr, defaults or kwdefaults."""
 
-    kind: str
-    holder: Any
-    slot: Any
+    __slots__ = ("kind", "holder", "slot")
+
+    def __init__(self, kind: str, holder: Any, slot: Any) -> None:
+        self.kind = kind
+        self.holder = holder
+        self.slot = slot
+
+    def __repr__(self) -> str:
+        return f"Place({self.kind!r}, {self.describe()})"
 
     def get(self) -> Any:
         if self.kind == "attr":
