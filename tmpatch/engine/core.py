@@ -92,7 +92,9 @@ def collector_paused() -> Iterator[None]:
     only if it was on). The objects a block makes and drops again then never reach an older
     generation (a full collection of a large program's heap costs a tenth of a second, and the
     survivors of many young collections set one off); those it keeps are collected as ever
-    afterwards. Nothing else of the collector (thresholds, frozen objects) is touched."""
+    afterwards. Nothing else of the collector (thresholds, frozen objects) is touched. The
+    switch is the process's: a block that found it on turns it on again when it ends, even if
+    another thread of the program turned it off meanwhile (the one case it is not put back)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
