@@ -6,10 +6,13 @@ on a machine without a GPU, for the host time that paces a launch-bound GPU step
 
 Each row's calls run twice on simulated CUDA tensors (tmpatch.audit's simulation; the first
 run warms up), and the ATen ops of the second run that would launch work on the device are
-counted: ops on CUDA tensors, less views and metadata (``view``, ``expand``, ``select``,
-``prim.device``...), CPU scalars wrapped for an operand (``scalar_tensor``) and allocations
-(``empty``: memory from the caching allocator, nothing launched). A sync is a host wait, not
-a kernel, and is not counted. An op is counted once however many kernels it launches on a
+counted: every op whose result lies on the device, or that reads a device tensor (a copy to
+the host), less views and metadata (``view``, ``expand``, ``select``, ``prim.device``...) and
+allocations (``empty``: memory from the caching allocator, nothing launched). A 0-d tensor
+made on the device for an operand counts: ``torch.where(mask, x, 0.0)`` makes its
+``scalar_tensor`` on the mask's device, a fill kernel on a GPU (a Python scalar of ``x + 1.0``
+is wrapped on the host, passed to the kernel as an argument: no op of its own). A sync is a
+host wait, not a kernel, and is not counted. An op is counted once however many kernels it launches on a
 real GPU (``bincount``: two reductions, two copies to the host, a fill and the count; an
 out-of-place ``put``: a copy and the count). On an H200 with torch 2.11 the real time per
 ``update()`` (launch-bound: small inputs) grew with the kernel count: ``--gpu-times`` reads a
@@ -29,11 +32,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-#: ops that launch nothing on the device: views, metadata, wrapped CPU scalars
+#: ops that launch nothing on the device: views, metadata, host reads (a sync, counted apart)
 NOT_KERNELS = frozenset({
     "prim.device", "aten.view", "aten._unsafe_view", "aten.expand", "aten.select", "aten.slice",
     "aten.unsqueeze", "aten.squeeze", "aten.t", "aten.permute", "aten.transpose", "aten.alias",
-    "aten.detach", "aten.as_strided", "aten.reshape", "aten.diagonal", "aten.scalar_tensor",
+    "aten.detach", "aten.as_strided", "aten.reshape", "aten.diagonal",
     "aten.lift_fresh", "aten.unbind", "aten.split", "aten.split_with_sizes", "aten.chunk", "aten.flatten",
     "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset", "aten.is_pinned",
     "aten._local_scalar_dense",
@@ -43,7 +46,8 @@ NOT_KERNELS = frozenset({
 
 
 class _Kernels(TorchDispatchMode):
-    """Counts the ops that touch a CUDA tensor and launch device work."""
+    """Counts the ops that launch device work: a CUDA tensor among their results or arguments,
+    the op not one of :data:`NOT_KERNELS`."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -36,13 +36,15 @@ PYTEST_RUN = ("the pytest plugin loads in every pytest run: tmpatch's control la
 AUDIT_FLOOR = "tmpatch audit checks torch's version before it imports the simulation (below: it says why)"
 ALONE = "tmpatch/engine/fingerprint.py also runs as a file, without its package (tests, in other Pythons)"
 METADATA = "importlib.metadata costs about 10 ms: read when a release's version is asked"
+FREE_THREADED = "free-threaded builds exist from Python 3.13 on: sysconfig (about 2 ms) is asked there alone"
 
 #: (module, function, module imported inside it) -> reason; torch, torchmetrics and other
 #: third-party imports are not listed (the design's rule for them: tests/control/test_api.py
 #: checks that apply() imports no torch)
 LAZY_IMPORTS = {
     ("tmpatch", "__getattr__", "importlib"): START_UP,
-    ("tmpatch.bootstrap", "_spec_with_strict_check", "importlib.util"): START_UP,
+    ("tmpatch", "__getattr__", "gc"): START_UP,
+    ("tmpatch.bootstrap", "_spec_through_the_hooks", "importlib.util"): START_UP,
     ("tmpatch.bootstrap", "activate", "tmpatch.patches"): START_UP,
     ("tmpatch.bootstrap", "activate", "tmpatch.control.api"): START_UP,
     ("tmpatch.bootstrap", "_check_strict", "tmpatch.control.api"): START_UP,
@@ -50,6 +52,7 @@ LAZY_IMPORTS = {
     ("tmpatch.bootstrap", "_configure_logging", "logging"): START_UP,
     ("tmpatch.control.settings", "closest", "difflib"): START_UP,
     ("tmpatch.bootstrap.sitecustomize", "_apply", "tmpatch.bootstrap"): FOREIGN_PYTHON,
+    ("tmpatch.engine.references", "_exact_counts", "sysconfig"): FREE_THREADED,
     ("tmpatch.cli", "_names", "tmpatch.control.selection"): COMMAND_START,
     ("tmpatch.cli", "_status", "tmpatch.control.selection"): COMMAND_START,
     ("tmpatch.cli", "_import_targets", "tmpatch.patches"): COMMAND_START,

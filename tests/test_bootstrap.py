@@ -133,14 +133,19 @@ def test_pth_route_is_lazy_then_patches_the_real_release():
         import tmpatch
         from torchmetrics.utilities import compute
         f_beta = sys.modules["torchmetrics.functional.classification.f_beta"]  # binds _safe_divide by name
+        from tmpatch.control import api
+        from tmpatch.engine import cache
         print(json.dumps({
             "loaded": loaded, "started": started, "state": state, "after": boot.state,
             "states": tmpatch.status().states(),
             "patched": tmpatch.is_patched(compute._safe_divide),
             "bound": f_beta._safe_divide is compute._safe_divide,
+            "end": "torchmetrics" in api.armed(), "unwritten": sum(map(len, cache._new.values())),
         }))
     """, env={"TMPATCH": "1"}))
     out = json.loads(proc.stdout)
+    # torchmetrics' own post-import hook fired when its import ended: what it computed is on disk
+    assert (out["end"], out["unwritten"]) == (False, 0)
     assert out["loaded"] == [], "start-up imported " + ", ".join(out["loaded"])
     assert (out["started"], out["state"], out["after"]) == ("pth", "armed", "applied")
     assert {n for n, s in out["states"].items() if s == "pending"} <= lazily_imported_patches(), out["states"]

@@ -1,13 +1,15 @@
 """The patched ``update()`` of every audit-panel row launches no more kernels than the
-release's (benchmarks/kernel_counts.py: ATen ops on simulated CUDA, views, wrapped scalars
-and allocations left out, the second update counted; the report's evidence is kept, not
-reduced, until compute())."""
+release's (benchmarks/kernel_counts.py: every ATen op on simulated CUDA whose result lies on
+the device or that reads a device tensor, views, metadata and allocations left out, the second
+update counted; the report's evidence is kept, not reduced, until compute()); and the counter
+counts what launches on a GPU."""
 from __future__ import annotations
 
 import importlib.util
 import os
 
 import pytest
+import torch
 
 import tmpatch
 
@@ -45,3 +47,35 @@ def test_no_panel_row_launches_more_kernels_than_the_release(kernel_counts):
             over.append((row.name, sum(before.values()), sum(after.values()), dict(after - before)))
     assert counted > 60
     assert over == [], over
+
+
+@pytest.mark.parametrize("op, expected", [
+    # the Python scalar becomes a 0-d tensor on the mask's device: a fill kernel, then where's
+    (lambda x, mask: torch.where(mask, x, 0.0), {"aten.scalar_tensor": 1, "aten.where": 1}),
+    (lambda x, mask: torch.full((), 1.0, device=x.device), {"aten.full": 1}),
+    (lambda x, mask: x.to(torch.float64), {"aten._to_copy": 1}),
+    (lambda x, mask: x.cpu(), {"aten._to_copy": 1}),  # a copy to the host: the device works too
+    # a Python scalar operand is wrapped on the host and passed to the kernel: one op
+    (lambda x, mask: x + 1.0, {"aten.add": 1}),
+    # views and allocations launch nothing
+    (lambda x, mask: x.view(2, 4)[0].unsqueeze(0), {}),
+    (lambda x, mask: torch.empty_like(x), {}),
+])
+def test_the_counter_counts_every_op_that_launches(kernel_counts, op, expected):
+    from tmpatch.audit.oracle.sim import simulated_cuda
+
+    with simulated_cuda() as sim:
+        x = sim.put(torch.randn(8))
+        mask = x > 0
+        with kernel_counts._Kernels() as counter:
+            op(x, mask)
+    assert dict(counter.ops) == expected
+
+
+def test_host_tensors_launch_nothing(kernel_counts):
+    """The counter counts device work only: the same ``where`` on CPU tensors is no kernel."""
+    x = torch.randn(8)
+    with kernel_counts._Kernels() as counter:
+        torch.where(x > 0, x, 0.0)
+        x + 1.0
+    assert dict(counter.ops) == {}

@@ -4,9 +4,18 @@
 is imported), ``tmpatch.revert()`` puts every original back, and
 ``tmpatch.status()`` reports what happened to each patch. Importing tmpatch
 imports neither torch nor torchmetrics, nor (until a name below is used) wrapt:
-the environment bootstrap runs in every process and must cost nothing.
+the environment bootstrap runs in every process and must cost nothing. Where Python
+writes no bytecode (``PYTHONDONTWRITEBYTECODE``), tmpatch's modules keep theirs in its
+cache directory (:mod:`tmpatch.engine.bytecode`).
 """
 from __future__ import annotations
+
+import sys
+
+if sys.dont_write_bytecode:  # else every process compiles tmpatch's modules again
+    from tmpatch.engine import bytecode as _bytecode
+
+    _bytecode.install(list(__path__))
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (start-up cost)
 
@@ -51,9 +60,16 @@ def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tmpatch' has no attribute {name!r}")
+    import gc
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    collecting = gc.isenabled()
+    gc.disable()  # tmpatch's modules are imported with the collector paused, as apply() runs
+    try:
+        value = getattr(importlib.import_module(module), name)
+    finally:
+        if collecting:
+            gc.enable()
     globals()[name] = value
     return value
 

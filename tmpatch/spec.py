@@ -3,18 +3,17 @@
 A patch module describes *what* it repairs (targets, the upstream code it
 recognises, the replacement for each implementation, the audit labels of the
 syncs it removes); the engine decides *how* to put it in place. Nothing here
-imports torch, torchmetrics or wrapt. Release ranges are packaging's
-``SpecifierSet`` (:func:`span`, :func:`since`), shown as ``1.0.0-1.2.0``
-(:func:`describe`).
+imports torch, torchmetrics or wrapt. Release ranges are :class:`Releases` (:func:`span`,
+:func:`since`), read as packaging's specifiers would read ``>=first,<=last``, shown as
+``1.0.0-1.2.0`` (:func:`describe`).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import FrozenInstanceError, dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 #: ``build(module) -> replacement``: called once, when the target's module is
@@ -96,20 +95,65 @@ def gated(slot: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return mark
 
 
-def span(first: str, last: Optional[str] = None) -> SpecifierSet:
+class Releases:
+    """The host releases ``first`` to ``last`` inclusive (``last`` None: every later one), as
+    packaging's specifiers read ``>=first,<=last`` (``==first`` for one release): prereleases
+    in, a local label (``+cu118``) ignored. The catalogue makes hundreds when it is imported:
+    the texts are read as versions when first compared."""
+
+    __slots__ = ("first", "last", "_bounds")
+
+    def __init__(self, first: str, last: Optional[str] = None) -> None:
+        self.first = first
+        self.last = last
+        self._bounds: Optional[Tuple[Version, Optional[Version]]] = None
+
+    def bounds(self) -> Tuple[Version, Optional[Version]]:
+        """``(first, last)`` as versions (``last`` None: open)."""
+        if self._bounds is None:
+            self._bounds = (_version(self.first), None if self.last is None else _version(self.last))
+        return self._bounds
+
+    def contains(self, release: Union[str, Version], prereleases: bool = True) -> bool:
+        """Whether ``release`` (a text or a version) is in the range, as packaging's
+        ``SpecifierSet.contains`` answers (``prereleases=False``: none of them)."""
+        version = release if isinstance(release, Version) else _version(release)
+        if version.is_prerelease and not prereleases:
+            return False
+        public = _version(version.public) if version.local else version
+        first, last = self.bounds()
+        return first <= public and (last is None or public <= last)
+
+    def __contains__(self, release: Union[str, Version]) -> bool:
+        return self.contains(release)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Releases) and (self.first, self.last) == (other.first, other.last)
+
+    def __hash__(self) -> int:
+        return hash((Releases, self.first, self.last))
+
+    def __str__(self) -> str:
+        if self.last == self.first:
+            return f"=={self.first}"
+        return f">={self.first}" if self.last is None else f">={self.first},<={self.last}"
+
+    def __repr__(self) -> str:
+        return f"Releases({self.first!r}, {self.last!r})"
+
+
+def span(first: str, last: Optional[str] = None) -> Releases:
     """The releases ``first`` to ``last`` inclusive (``first`` alone without ``last``)."""
-    if last is None or last == first:
-        return SpecifierSet(f"=={first}")
-    return SpecifierSet(f">={first},<={last}")
+    return Releases(first, first if last is None else last)
 
 
-def since(first: str) -> SpecifierSet:
+def since(first: str) -> Releases:
     """``first`` and every later release."""
-    return SpecifierSet(f">={first}")
+    return Releases(first)
 
 
 _versions: Dict[str, Version] = {}  # a release's text -> its Version (parsed once)
-_contained: Dict[Tuple[int, str], Tuple[SpecifierSet, bool]] = {}  # (id(range), release) -> (range, in it)
+_contained: Dict[Tuple[Releases, str], bool] = {}  # (range, release) -> in it
 
 
 def _version(text: str) -> Version:
@@ -119,67 +163,95 @@ def _version(text: str) -> Version:
     return version
 
 
-def bounds(releases: SpecifierSet) -> Tuple[Optional[Version], Optional[Version]]:
+def bounds(releases: Releases) -> Tuple[Optional[Version], Optional[Version]]:
     """``(first, last)`` of a range made by :func:`span` or :func:`since` (None: unbounded)."""
-    first = last = None
-    for spec in releases:
-        version = _version(spec.version)
-        if spec.operator in ("==", "==="):
-            first = last = version
-        elif spec.operator == ">=":
-            first = version
-        elif spec.operator == "<=":
-            last = version
-    return first, last
+    return releases.bounds()
 
 
-def describe(releases: SpecifierSet) -> str:
+def describe(releases: Releases) -> str:
     """``1.0.0-1.2.0``, ``1.6.0`` or ``1.0.0+``: a range as ``status()`` shows it."""
     first, last = bounds(releases)
-    if first is None:
-        return str(releases)
     if last is None:
         return f"{first}+"
     return str(first) if first == last else f"{first}-{last}"
 
 
-def contains(releases: SpecifierSet, release: str) -> bool:
+def contains(releases: Releases, release: str) -> bool:
     """Whether ``release`` is in the range (False for a version packaging cannot read);
-    remembered per range object and release (gating asks it for every patch on every import)."""
-    known = _contained.get((id(releases), release))
-    if known is not None and known[0] is releases:
-        return known[1]
+    remembered per range and release (gating asks it for every patch on every import)."""
+    known = _contained.get((releases, release))
+    if known is not None:
+        return known
     try:
-        inside = releases.contains(_version(release), prereleases=True)
+        inside = releases.contains(release)
     except InvalidVersion:
         inside = False
-    _contained[(id(releases), release)] = (releases, inside)
+    _contained[(releases, release)] = inside
     return inside
 
 
-@dataclass(frozen=True)
-class Edit:
+class _Value:
+    """A value of the vocabulary, as a frozen dataclass is one (its fields set once, then compared,
+    hashed, shown and pickled by them), without being made as one: making a dataclass compiles
+    six functions, and the catalogue's classes are made in every process that applies tmpatch."""
+
+    __slots__: Tuple[str, ...] = ()
+
+    def _set(self, *values: Any) -> None:
+        """Set the fields, in the order of ``__slots__`` (``__init__`` does, once)."""
+        for name, value in zip(self.__slots__, values):
+            object.__setattr__(self, name, value)
+
+    def _fields(self) -> Tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{self.__class__.__qualname__}({shown})"
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        return self.__class__, self._fields()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+class Edit(_Value):
     """In the release's function, the statements ``find`` (source text) are replaced by
     ``replace`` (source text, may be empty): see :mod:`tmpatch.engine.rewrite`."""
 
-    find: str
-    replace: str = ""
+    __slots__ = ("find", "replace")
+
+    def __init__(self, find: str, replace: str = "") -> None:
+        self._set(find, replace)
 
 
-@dataclass(frozen=True)
-class Rewrite:
+class Rewrite(_Value):
     """A replacement made by editing the release's own function instead of wrapping it.
 
     ``names(module)`` gives the objects the replacement statements use (called once,
     when the target's module is loaded); their names must start with ``_tmpatch_``.
     Several patches may edit one target: their edits are applied together."""
 
-    edits: Tuple[Edit, ...]
-    names: Optional[Callable[[ModuleType], Dict[str, Any]]] = None
+    __slots__ = ("edits", "names")
+
+    def __init__(self, edits: Tuple[Edit, ...],
+                 names: Optional[Callable[[ModuleType], Dict[str, Any]]] = None) -> None:
+        self._set(edits, names)
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(_Value):
     """One upstream implementation of a target, recognised by its fingerprint.
 
     ``build`` is a :data:`Builder` (a wrapper; :func:`told` what else the gating
@@ -188,27 +260,27 @@ class Variant:
     upstream fix: the patch is then *not-needed* on that release.
     """
 
-    releases: SpecifierSet
-    fingerprint: str
-    build: Union[Builder, Rewrite, None] = None
+    __slots__ = ("releases", "fingerprint", "build")
+
+    def __init__(self, releases: Releases, fingerprint: str, build: Union[Builder, Rewrite, None] = None) -> None:
+        self._set(releases, fingerprint, build)
 
     @property
     def fixed(self) -> bool:
         return self.build is None
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(_Value):
     """A function or method to replace: ``module`` and a dotted ``qualname``.
     ``present``: the releases that have it (None: every release the patch knows);
     on other releases the target is skipped, and must be absent unless ``shared`` (a
     helper other code uses too, such as ``to_onehot``, that the patch needs only there)."""
 
-    module: str
-    qualname: str
-    variants: Tuple[Variant, ...]
-    present: Optional[SpecifierSet] = None
-    shared: bool = False
+    __slots__ = ("module", "qualname", "variants", "present", "shared")
+
+    def __init__(self, module: str, qualname: str, variants: Tuple[Variant, ...],
+                 present: Optional[Releases] = None, shared: bool = False) -> None:
+        self._set(module, qualname, variants, present, shared)
 
     @property
     def path(self) -> str:
@@ -221,41 +293,41 @@ class Target:
         return None
 
 
-@dataclass(frozen=True)
-class Decline:
+class Decline(_Value):
     """Releases inside a patch's ``known`` range that it leaves alone on purpose, and why
     (``reason``: the words of its ``status()`` row). ``needed``: the defect is there (the row
     is *unsupported*, a problem); False: these releases do not have it (*not-needed*)."""
 
-    releases: SpecifierSet
-    reason: str
-    needed: bool = True
+    __slots__ = ("releases", "reason", "needed")
+
+    def __init__(self, releases: Releases, reason: str, needed: bool = True) -> None:
+        self._set(releases, reason, needed)
 
 
-@dataclass(frozen=True)
-class Together:
+class Together(_Value):
     """Targets of a patch that are repaired only together. Without one, each target a release
     has is repaired on its own: one whose code is not recognised is left alone and the others
     are repaired (the row says *partial*). ``targets`` (qualnames or paths; empty: every target
     of the patch) are left alone wherever one of ``on`` is; with ``on`` empty, wherever one of
     ``targets`` is (a group). ``reason``: why, in the words of the row that names them."""
 
-    reason: str
-    targets: Tuple[str, ...] = ()
-    on: Tuple[str, ...] = ()
+    __slots__ = ("reason", "targets", "on")
+
+    def __init__(self, reason: str, targets: Tuple[str, ...] = (), on: Tuple[str, ...] = ()) -> None:
+        self._set(reason, targets, on)
 
 
-@dataclass(frozen=True)
-class Requirement:
+class Requirement(_Value):
     """Code outside the patch's targets that a repair relies on (torch's own, say, or another
     function of the release): the function ``module.qualname`` must have one of
     ``fingerprints``, else the patch is left alone as not recognised. ``None`` among them:
     the function may be absent. Its code is looked at underneath tmpatch's own layer, should
     another patch wrap it; which fingerprint was found is what a :func:`told` builder is told."""
 
-    module: str
-    qualname: str
-    fingerprints: Tuple[Optional[str], ...]
+    __slots__ = ("module", "qualname", "fingerprints")
+
+    def __init__(self, module: str, qualname: str, fingerprints: Tuple[Optional[str], ...]) -> None:
+        self._set(module, qualname, fingerprints)
 
     @property
     def path(self) -> str:
@@ -273,8 +345,7 @@ class _Leave:
 LEAVE: Any = _Leave()
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(_Value):
     """An attribute a patch sets while it is applied, a value rather than a function wrapped:
     ``module.qualname`` (in the module's or a class's own namespace) becomes ``value(module)``,
     called when the patch is applied, once the module is loaded (:data:`LEAVE`: left as it
@@ -282,9 +353,10 @@ class Setting:
     ``after_revert``, puts back exactly what was there (an absent attribute is deleted
     again), unless somebody else has set it since: theirs is left, and the row says so."""
 
-    module: str
-    qualname: str
-    value: Callable[[ModuleType], Any]
+    __slots__ = ("module", "qualname", "value")
+
+    def __init__(self, module: str, qualname: str, value: Callable[[ModuleType], Any]) -> None:
+        self._set(module, qualname, value)
 
     @property
     def path(self) -> str:
@@ -299,20 +371,17 @@ UPSTREAM = "upstream"  #: a defect of the release, fixed in a later one (a patch
 DEFERRED = "deferred"  #: work a patch moved out of ``update`` into ``compute``
 
 
-@dataclass(frozen=True)
-class Label:
+class Label(_Value):
     """Why a sync point is there, for the audit. A point matches when every given pattern
     does: ``function``, ``op`` and ``kind`` (its text) are full-match regexes, ``file`` a
     path suffix. ``patch``: the tmpatch patch that removes it (filled in by :class:`Patch`
     for the labels it carries)."""
 
-    category: str
-    reason: str
-    function: str = ".*"
-    file: str = ""
-    op: str = ".*"
-    kind: str = ".*"
-    patch: str = ""
+    __slots__ = ("category", "reason", "function", "file", "op", "kind", "patch")
+
+    def __init__(self, category: str, reason: str, function: str = ".*", file: str = "", op: str = ".*",
+                 kind: str = ".*", patch: str = "") -> None:
+        self._set(category, reason, function, file, op, kind, patch)
 
     def matches(self, point: Any) -> bool:
         """Whether ``point`` (a :class:`tmpatch.audit.SyncPoint`) is explained by this label."""
@@ -341,7 +410,7 @@ class Patch:
 
     name: str
     summary: str
-    known: SpecifierSet
+    known: Releases
     targets: Tuple[Target, ...]
     upstream: str = ""
     changes: str = ""
@@ -362,7 +431,8 @@ class Patch:
 
     def __post_init__(self) -> None:
         named = tuple(
-            label if label.patch or label.category in (INHERENT, VALIDATION) else replace(label, patch=self.name)
+            label if label.patch or label.category in (INHERENT, VALIDATION) else
+            Label(label.category, label.reason, label.function, label.file, label.op, label.kind, self.name)
             for label in self.labels
         )
         object.__setattr__(self, "labels", named)

@@ -334,7 +334,9 @@ def test_missing_torchmetrics_warns_once_and_strict_raises():
             warnings.simplefilter("always")
             report = tmpatch.apply()
             tmpatch.apply()
-        assert len([w for w in caught if issubclass(w.category, tmpatch.TmpatchWarning)]) == 1, caught
+        ours = [w for w in caught if issubclass(w.category, tmpatch.TmpatchWarning)]
+        assert len(ours) == 1, caught
+        assert ours[0].filename == "<string>", ours[0].filename  # the caller's line, not tmpatch's
         assert "not installed" in report["safe_divide"].reason
         try:
             tmpatch.apply(strict=True)
@@ -345,6 +347,39 @@ def test_missing_torchmetrics_warns_once_and_strict_raises():
         print("ok")
     """)
     assert proc.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_apply_and_revert_leave_the_collector_as_they_found_it(collecting, monkeypatch):
+    """apply() pauses the cyclic collector while it works (nothing it drops reaches an old
+    generation) and puts it back as it was: on only if it was on, thresholds untouched."""
+    import gc
+
+    seen = []
+    real = catalogue.load
+
+    def load(name):
+        seen.append(gc.isenabled())
+        return real(name)
+
+    monkeypatch.setattr(catalogue, "load", load)
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+    was = gc.isenabled()
+    (gc.enable if collecting else gc.disable)()
+    try:
+        tmpatch.revert()
+        seen.clear()
+        tmpatch.apply()
+        assert seen and not any(seen)  # paused while apply() works
+        assert gc.isenabled() is collecting
+        seen.clear()
+        tmpatch.revert()
+        assert seen and not any(seen)
+        assert gc.isenabled() is collecting
+        assert (gc.get_threshold(), gc.get_freeze_count()) == (thresholds, frozen)
+    finally:
+        tmpatch.revert()
+        (gc.enable if was else gc.disable)()
 
 
 def test_concurrent_apply_gives_one_layer():

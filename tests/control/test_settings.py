@@ -17,8 +17,9 @@ pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics releas
 
 
 def child(code: str, **variables: str) -> subprocess.CompletedProcess:
-    """``python -S -c code`` with this process's path and only the TMPATCH* ``variables``."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TMPATCH")}
+    """``python -S -c code`` with this process's path and only the TMPATCH* ``variables``
+    (Python writes bytecode unless ``variables`` say otherwise)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TMPATCH") and k != "PYTHONDONTWRITEBYTECODE"}
     environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p and os.path.isdir(p))
     environ.update(variables)
     return subprocess.run([sys.executable, "-S", "-c", code], env=environ, stdout=subprocess.PIPE,
@@ -94,14 +95,21 @@ def test_policies_start_from_the_environment_quietly_and_are_reported_once_by_ap
     assert lines[1].startswith("tmpatch: TMPATCH_BINCOUNT='sometimes' not understood; use one of deferred, eager")
 
 
-def test_the_registry_imports_nothing_but_os():
+@pytest.mark.parametrize("bytecode", ["written", "not written"])
+def test_the_registry_imports_nothing_but_os(bytecode):
+    """Where Python writes no bytecode, tmpatch's own cache of it comes too (importlib.machinery)."""
+    variables = {"PYTHONDONTWRITEBYTECODE": "1"} if bytecode == "not written" else {}
     proc = child("import sys; before = set(sys.modules); import tmpatch.control.settings, tmpatch.control.env; "
-                 "print(' '.join(sorted(set(sys.modules) - before)))")
+                 "print(' '.join(sorted(set(sys.modules) - before)))", **variables)
     assert proc.returncode == 0, proc.stderr
     # os and its helpers are loaded by ``site`` in every normal start-up (the child runs without it)
     site = {"os", "os.path", "posixpath", "genericpath", "stat", "_stat", "_collections_abc", "__future__"}
-    assert set(proc.stdout.split()) <= {"tmpatch", "tmpatch.control", "tmpatch.control.settings", "tmpatch.control.env",
-                                       "tmpatch.runtime", "tmpatch.runtime.policies"} | site, proc.stdout
+    ours = {"tmpatch", "tmpatch.control", "tmpatch.control.settings", "tmpatch.control.env", "tmpatch.runtime",
+            "tmpatch.runtime.policies"}
+    if variables:  # importlib (and warnings) are loaded by ``site`` in every normal start-up too
+        ours |= {"tmpatch.engine", "tmpatch.engine.bytecode", "importlib", "importlib._bootstrap",
+                 "importlib._bootstrap_external", "importlib.machinery", "warnings"}
+    assert set(proc.stdout.split()) <= ours | site, proc.stdout
 
 
 def test_announce_says_each_message_once():

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from tests.conftest import run_python
-from tmpatch.engine import cache, fingerprint as fingerprint_module, rewrite as rewrite_module
+from tmpatch.engine import bytecode, cache, fingerprint as fingerprint_module, rewrite as rewrite_module
 from tmpatch.engine.fingerprint import fingerprint, source_fingerprint
 from tmpatch.engine.rewrite import rewrite
 from tmpatch.spec import Edit
@@ -147,12 +147,12 @@ def test_an_unwritable_or_missing_home_is_never_an_error(tmp_path, monkeypatch):
 @once
 def test_the_directory_follows_xdg_cache_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
-    assert cache.directory() == str(tmp_path / "x" / "tmpatch")
+    assert bytecode.directory() == str(tmp_path / "x" / "tmpatch")
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # not absolute: ignored, as the spec says
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert cache.directory() == str(tmp_path / "home" / ".cache" / "tmpatch")
+    assert bytecode.directory() == str(tmp_path / "home" / ".cache" / "tmpatch")
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert cache.directory() == str(tmp_path / "home" / ".cache" / "tmpatch")
+    assert bytecode.directory() == str(tmp_path / "home" / ".cache" / "tmpatch")
 
 
 @once

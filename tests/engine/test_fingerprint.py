@@ -52,6 +52,101 @@ def test_live_function_and_its_source_agree():
     assert fingerprint(sample) == source_fingerprint(inspect.getsource(sample))
 
 
+#: code whose layout the one pass over a function's lines (before Python 3.12) must see as the
+#: dedented text's tokenization sees it: strings over several lines in methods (dedenting takes
+#: the margin off them, and empties lines of blanks), decorators, nested blocks ending deep,
+#: one-line definitions, comments at the body's column after it, a last line without a newline
+TRICKY = '''
+import functools
+
+
+def deco(*args):
+    return lambda f: f
+
+
+class Holder:
+    """A class."""
+
+    def method(self, x):
+        message = """first line
+            indented more
+
+        back at the margin"""
+        if x:
+            for i in range(3):
+                if i:
+                    return message + \\
+                        "tail"
+        # a comment at the body's column, after it
+
+    @deco(1,
+          2)
+    def decorated(self):
+        """Docstring
+        on two lines."""
+        return ("a"
+                "b")
+
+    def one(self): return 1
+
+    @staticmethod
+    def text():
+        return f"""value {1 +
+            2} and more
+        """
+
+
+def top(a, b=2, *, c=3):
+    def inner():
+        return a
+    return inner() + b + c
+
+
+def docstrings(x):
+    (
+        "a docstring"
+        " in parentheses"
+    )
+    def f_string():
+        f"not a docstring {x}"
+    def raw_bytes():
+        b"not a docstring"
+    def two():
+        "docstring"; return 2
+    class Inner:
+        u"docstring" \\
+            "continued"
+    def concatenated():
+        "a" + "b"
+    def listed():
+        ["not a docstring"]
+    return f_string, raw_bytes, two, Inner, concatenated, listed
+
+
+def last(x):
+    return x'''
+
+
+def test_one_pass_and_the_dedented_text_agree_on_tricky_layout(tmp_path, monkeypatch):
+    import importlib
+    import inspect
+
+    from tmpatch.engine import fingerprint as module
+
+    (tmp_path / "tmpatch_tricky_layout.py").write_text(TRICKY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tricky = importlib.import_module("tmpatch_tricky_layout")
+    holder = tricky.Holder
+    functions = [holder.method, holder.decorated, holder.one, holder.text, tricky.top, tricky.last, tricky.deco,
+                 tricky.docstrings]
+    for function in functions:
+        text = inspect.getsource(function)
+        read = module._read(function)
+        assert read is not None and read[0] == text, function
+        assert module._digest(module._block_tokens(*read)) == source_fingerprint(text), function
+        assert fingerprint(function) == source_fingerprint(text), function
+
+
 def test_no_source_is_a_clear_error():
     with pytest.raises(FingerprintError):
         fingerprint(len)

@@ -206,6 +206,14 @@ def test_line_numbers_and_file_are_the_releases(toy):
     assert traceback.extract_tb(caught.value.__traceback__)[-1].lineno == _line(toy, "y = x * 2")
 
 
+def test_every_instruction_lies_on_a_line_of_the_function(toy):
+    """The route's guard included (its name was once shifted twice: a line past the function)."""
+    lines = range(toy.target.__code__.co_firstlineno, _line(toy, "return total") + 1)
+    new = rewrite(toy.target, [Edit("total = x + y + z", "total = x - y")])
+    positions = [p for p in new.__code__.co_positions() if p[0] is not None]
+    assert positions and all(p[0] in lines and p[1] in lines for p in positions), positions
+
+
 def test_release_statements_kept_inside_a_replacement_keep_their_own_lines(toy):
     """A replacement that keeps the release's statements (behind a test, say) runs each at its
     own line, not at the first replaced one's: a traceback or an audit names the right line."""

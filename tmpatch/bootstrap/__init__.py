@@ -67,8 +67,8 @@ class Trigger:
             self._busy = True
             try:
                 self.done = activate(self.settings)
-                if self.done and self.settings.options.get("strict"):
-                    return _spec_with_strict_check(self.settings.options)
+                if self.done:
+                    return _spec_through_the_hooks(self.settings.options)
             finally:
                 self._busy = False
         return None
@@ -102,14 +102,21 @@ def activate(settings: env.Settings) -> bool:
     return True
 
 
-def _spec_with_strict_check(options: dict):
-    """The spec of torchmetrics, found again through wrapt's finder with a
-    post-import hook that raises if a patch ``options`` are strict about could not be applied whole."""
+def _spec_through_the_hooks(options: dict):
+    """The spec of torchmetrics, found again, now through wrapt's finder: the post-import hooks
+    :func:`activate` armed for torchmetrics itself fire when its import ends (wrapt's finder came
+    first on ``sys.meta_path`` while this look-up was under way: the import machinery would not
+    ask it); tmpatch's writes what the import's hooks computed to the disk cache. Where ``options``
+    are strict: with a hook that raises if a patch they are strict about could not be applied whole.
+    None where no hook waits for it."""
     import importlib.util
 
     import wrapt
 
-    wrapt.register_post_import_hook(lambda module: _check_strict(options), HOST)
+    if options.get("strict"):
+        wrapt.register_post_import_hook(lambda module: _check_strict(options), HOST)
+    elif HOST not in getattr(wrapt.importer, "_post_import_hooks", {HOST: None}):
+        return None
     return importlib.util.find_spec(HOST)
 
 

@@ -17,7 +17,7 @@ from tmpatch import patches as catalogue
 from tmpatch.engine import cache
 from tmpatch.runtime import compiled
 from tmpatch.control import gating, likeness, selection, settings
-from tmpatch.engine.core import Engine
+from tmpatch.engine.core import Engine, collector_paused
 from tmpatch.spec import LEAVE, Patch, Recognised, Requirement, Setting, Target, Variant
 from tmpatch.control.report import PatchStatus, Report, State
 from tmpatch.runtime import wrappers
@@ -104,6 +104,8 @@ def _put(target: Target, patch: Patch, variant: Variant, told: Recognised, sweep
     gating recognised (:func:`gating.recognised`), for builders that are told it."""
     key = _key(target)
     module = sys.modules[target.module]
+    if sweep:
+        _engine.prepare(_scope(target))  # before the replacement, which holds the original, is built
     part = (variant, gating.build(variant, module, told))
     joined = {**_holders(key), patch.name: part}
     replacement = _joined(key, module, {name: joined[name] for name in catalogue.NAMES if name in joined})
@@ -236,7 +238,7 @@ def _on_import(module: types.ModuleType) -> None:
     hook fires for) does not count: its own hook comes when it is done.
     """
     importing = _host_importing(module)
-    with _engine.lock, _engine.batch(resume=importing):
+    with collector_paused(), _engine.lock, _engine.batch(resume=importing):
         for name in [n for n in catalogue.NAMES if n in _pending]:
             patch = catalogue.load(name)
             if all(_loaded(module_name, module) for module_name in _modules(patch)):
@@ -287,6 +289,16 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: Union[bool, N
     checked before anything changes (``TypeError``/``ValueError`` naming the
     valid ones). Returns the report.
     """
+    with collector_paused():  # what apply() makes and drops never reaches an old generation
+        report, strict_about = _apply(patches, exclude, strict, policies)
+    problems = report.problems(strict_about) if strict_about else []
+    if problems:
+        raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
+    return report
+
+
+def _apply(patches: Names, exclude: Names, strict: Any, policies: Dict[str, str]) -> Tuple[Report, Tuple[str, ...]]:
+    """:func:`apply` but for the strict check: the report and the patches ``strict`` is about."""
     global _warned_missing
     selected, excluded, chosen_policies = selection.check_apply(patches, exclude, strict, policies)
     strict_about = selection.strict_names(strict, selected)
@@ -299,7 +311,7 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: Union[bool, N
                 raise TmpatchError(message)
             if not _warned_missing:
                 _warned_missing = True
-                warnings.warn(message, TmpatchWarning, stacklevel=2)
+                warnings.warn(message, TmpatchWarning, stacklevel=3)  # the caller of apply()
         for name in excluded:
             if not _is_applied(name) and name not in _pending:
                 _rows[name] = (State.EXCLUDED, "left out by the caller")
@@ -322,11 +334,7 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: Union[bool, N
                         reason = "torchmetrics is not installed; armed in case it is imported later"
                     _rows[name] = (State.PENDING, reason)
         cache.flush()
-        report = status()
-    problems = report.problems(strict_about) if strict_about else []
-    if problems:
-        raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
-    return report
+        return status(), strict_about
 
 
 def revert(patches: Names = None) -> Report:
@@ -341,7 +349,7 @@ def revert(patches: Names = None) -> Report:
     ``apply()`` works again afterwards.
     """
     chosen = selection.names(patches, "tmpatch.revert(patches=...)")
-    with _engine.lock, _engine.batch():
+    with collector_paused(), _engine.lock, _engine.batch():
         dropped: Dict[str, str] = {}
         for name in catalogue.NAMES:
             if chosen is not None and name not in chosen:

@@ -13,7 +13,8 @@ later process (within one process, a file's hash is kept while its size, time an
 stay, as ``linecache`` keeps its lines).
 
 Where: ``$XDG_CACHE_HOME/tmpatch`` (``~/.cache/tmpatch`` when the variable is unset or
-not an absolute path). A cache file that is missing, unreadable, from another version,
+not an absolute path: :func:`tmpatch.engine.bytecode.directory`, whose module keeps tmpatch's
+own bytecode there where Python writes none). A cache file that is missing, unreadable, from another version,
 corrupt (it carries a checksum), another user's or writable by others (it holds code
 that runs) is a miss; one that cannot be written is not written. Neither is ever an
 error: the values are computed as without a cache.
@@ -31,6 +32,8 @@ import sys
 import threading
 import tokenize
 from typing import Any, Dict, Optional, Tuple
+
+from tmpatch.engine.bytecode import directory
 
 log = logging.getLogger("tmpatch")
 
@@ -55,17 +58,6 @@ _entries: Optional[Dict[str, Dict[Key, Any]]] = None  # None: not read yet
 _new: Dict[str, Dict[Key, Any]] = {kind: {} for kind in _KINDS}
 _digests: Dict[str, Tuple[Tuple[int, int, int], str]] = {}  # path -> (its stat, the SHA-1 of its bytes)
 _name: Optional[str] = None  # the file name ('' : no cache)
-
-
-def directory() -> str:
-    """The cache directory: ``$XDG_CACHE_HOME/tmpatch`` or ``~/.cache/tmpatch`` ('' if there is no home)."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):
-        home = os.path.expanduser("~")
-        if not os.path.isabs(home):
-            return ""
-        base = os.path.join(home, ".cache")
-    return os.path.join(base, "tmpatch")
 
 
 def _file_name() -> str:
@@ -168,9 +160,18 @@ def source_key(func: Any) -> Optional[Key]:
     return (path, digest, code.co_firstlineno, getattr(func, "__qualname__", code.co_name))
 
 
+#: path -> (digest, linecache's lines then): :func:`read_as_inspect` found them the same text
+_agreed: Dict[str, Tuple[str, Any]] = {}
+
+
 def read_as_inspect(path: str, digest: str) -> bool:
     """Whether the text ``inspect`` (through ``linecache``) holds for ``path`` is the file
-    whose bytes have ``digest``: a value computed from that text may be stored under it."""
+    whose bytes have ``digest``: a value computed from that text may be stored under it
+    (remembered while ``linecache`` keeps the same lines)."""
+    lines = linecache.getlines(path)
+    known = _agreed.get(path)
+    if known is not None and known[0] == digest and known[1] is lines:
+        return True
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -180,7 +181,10 @@ def read_as_inspect(path: str, digest: str) -> bool:
         text = io.TextIOWrapper(io.BytesIO(data), encoding, line_buffering=True).read()
     except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
         return False
-    return "".join(linecache.getlines(path)) == text
+    if "".join(lines) != text:
+        return False
+    _agreed[path] = (digest, lines)
+    return True
 
 
 def get(kind: str, key: Key) -> Any:
@@ -245,5 +249,6 @@ def clear() -> None:
         _entries = None
         _name = None
         _digests.clear()
+        _agreed.clear()
         for table in _new.values():
             table.clear()

@@ -29,6 +29,7 @@ hold a function is :mod:`tmpatch.engine.references`.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import threading
@@ -38,6 +39,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import wrapt
 
+from tmpatch.engine import fingerprint
 from tmpatch.engine.layers import Key, Layer, Replacement, give, wrap
 from tmpatch.engine.references import PatchError, Place, _chain, _Index, find_references, owner_of, resolve
 
@@ -84,6 +86,24 @@ if hasattr(os, "register_at_fork"):  # POSIX
                         after_in_child=_after_fork_in_child)
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run the block with Python's cyclic garbage collector off, and put it back as it was (on
+    only if it was on). The objects a block makes and drops again then never reach an older
+    generation (a full collection of a large program's heap costs a tenth of a second, and the
+    survivors of many young collections set one off); those it keeps are collected as ever
+    afterwards. Nothing else of the collector (thresholds, frozen objects) is touched. The
+    switch is the process's: a block that found it on turns it on again when it ends, even if
+    another thread of the program turned it off meanwhile (the one case it is not put back)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def _holds(current: Any, layer: Layer) -> bool:
     """Whether ``current`` is the layer's wrapper (or an earlier copy of it), or wraps it."""
     ours = layer.ours()
@@ -115,7 +135,8 @@ class Engine:
         if self._index is not None:  # nested: the outer batch's index serves
             yield
             return
-        self._index = self._kept if resume and self._kept is not None else _Index(resumable=resume)
+        self._index = self._kept if resume and self._kept is not None else \
+            _Index(resumable=resume, known=fingerprint.held)
         self._kept = None
         try:
             yield
@@ -123,6 +144,14 @@ class Engine:
             if resume:
                 self._kept = self._index
             self._index = None
+
+    def prepare(self, scope: str) -> None:
+        """In a batch, look through ``sys.modules`` for ``scope`` now, before the caller builds
+        a replacement (which holds the original): the look counts who else holds each function
+        of the scope (:mod:`tmpatch.engine.references`), and one held by the scope's modules
+        alone needs no look through the program's other modules. Nothing outside a batch."""
+        if self._index is not None:
+            self._index.prepare(scope)
 
     # -- layers -----------------------------------------------------------
     def layer(self, key: Key) -> Optional[Layer]:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import marshal
 import types
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from tmpatch.engine import cache
 from tmpatch.engine.references import PatchError, Place
 from tmpatch.spec import INLINE, ROUTE, Route
 
@@ -34,24 +35,27 @@ Replacement = Callable[..., Any]
 GATE = "_tmpatch_gate"
 
 
-@dataclass
 class Layer:
     """tmpatch's wrapper around one target and the places it was put in."""
 
-    key: Key
-    original: Any
-    wrapper: Any = None
-    active: bool = False
-    replacement: Any = None
-    gate: Any = None  # the replacement's gate (GATE), if it has one
-    route: Optional[Route] = None  # an inline layer's route (its wrapper is the inline form's copy)
-    places: List[Place] = field(default_factory=list)
-    residue: str = ""
-    #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
-    watch: List[Place] = field(default_factory=list)
-    #: an inline layer's earlier copies (replaced by :func:`give`) still held somewhere, a mock's
-    #: saved value say: they lead to ``wrapper``, and a removal puts the original back for them too
-    retired: "weakref.WeakSet[Any]" = field(default_factory=weakref.WeakSet)
+    def __init__(self, key: Key, original: Any) -> None:
+        self.key = key
+        self.original = original
+        self.wrapper: Any = None
+        self.active = False
+        self.replacement: Any = None
+        self.gate: Any = None  # the replacement's gate (GATE), if it has one
+        self.route: Optional[Route] = None  # an inline layer's route (its wrapper is the inline form's copy)
+        self.places: List[Place] = []
+        self.residue = ""
+        #: after a removal, the places the wrapper was in (checked by :meth:`Engine.lingering`)
+        self.watch: List[Place] = []
+        #: an inline layer's earlier copies (replaced by :func:`give`) still held somewhere, a mock's
+        #: saved value say: they lead to ``wrapper``, and a removal puts the original back for them too
+        self.retired: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    def __repr__(self) -> str:
+        return f"Layer({self.key[0]}.{self.key[1]}, active={self.active})"
 
     def ours(self) -> List[Any]:
         """The wrapper and its earlier copies still alive."""
@@ -125,13 +129,30 @@ def _matching(layer: Layer) -> Optional[Callable[..., Any]]:
         params += ["*"] + list(keyword)
     args = ", ".join(list(positional) + [f"{name}={name}" for name in keyword])
     namespace: Dict[str, Any] = {}
-    exec(compile(_MATCHING.format(params=", ".join(params), args=args), f"<tmpatch wrapper of {layer.key[1]}>",
-                 "exec"), {}, namespace)  # noqa: S102 - tmpatch's own template
+    exec(_compiled(_MATCHING.format(params=", ".join(params), args=args), f"<tmpatch wrapper of {layer.key[1]}>"),
+         {}, namespace)  # noqa: S102 - tmpatch's own template
     wrapper = namespace["_tmpatch_make"](layer, original)
     wrapper._tmpatch_params = (positional, keyword)  # type: ignore[attr-defined]  # for _check_takes
     wrapper.__defaults__ = original.__defaults__
     wrapper.__kwdefaults__ = dict(original.__kwdefaults__) if original.__kwdefaults__ else None
     return wrapper
+
+
+def _compiled(source: str, name: str) -> types.CodeType:
+    """The code of a wrapper's source (:data:`_MATCHING` filled in), compiled once and kept in
+    the disk cache (:mod:`tmpatch.engine.cache`: a compile per layer is a tenth of a millisecond)."""
+    key = ("<tmpatch wrapper>", name, source)
+    data = cache.get(cache.COMPILED, key)
+    if data is not None:
+        try:
+            code = marshal.loads(data)
+        except (EOFError, ValueError, TypeError):
+            code = None
+        if type(code) is types.CodeType:
+            return code
+    code = compile(source, name, "exec")
+    cache.put(cache.COMPILED, key, marshal.dumps(code))
+    return code
 
 
 def _check_takes(layer: Layer, wrapper: Any, replacement: Replacement) -> None:

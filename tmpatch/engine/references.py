@@ -2,7 +2,11 @@
 
 The engine's look through ``sys.modules``: :func:`find_references` yields every
 :class:`Place` that holds one of a set of objects; an :class:`_Index` shares one look per
-scope between the sweeps of a batch. Nothing here knows torchmetrics or wrapt.
+scope between the sweeps of a batch, and looks through the modules outside the scope only
+for a function that something outside the scope holds: where reference counts are exact
+(CPython with its GIL), a function whose count is that of the places the scope's modules
+hold it in (and of the references the engine knows it holds) is held by no other module.
+Nothing here knows torchmetrics or wrapt.
 """
 from __future__ import annotations
 
@@ -10,23 +14,51 @@ import gc
 import itertools
 import sys
 import types
-from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 _MAX_WRAP_DEPTH = 32
+
+
+def _exact_counts() -> bool:
+    """Whether ``sys.getrefcount`` counts every reference (CPython with its GIL; not a
+    free-threaded build, whose deferred reference counting leaves some out, nor PyPy)."""
+    if sys.implementation.name != "cpython" or not hasattr(sys, "getrefcount"):
+        return False
+    if sys.version_info < (3, 13):
+        return True
+    import sysconfig  # here: free-threaded builds exist from 3.13 on (tests/test_architecture.py)
+
+    return not sysconfig.get_config_var("Py_GIL_DISABLED")
+
+
+#: whether :class:`_Index` may leave out modules outside the scope by reference counts
+EXACT_COUNTS = _exact_counts()
+
+
+def _counts(objects: Dict[int, Any]) -> List[int]:
+    """The references to each of ``objects`` (its values, in order) held elsewhere than in
+    ``objects``: each one's count, less that of an object a dict alone holds, counted the same
+    way (one C-level path, whatever the Python version adds while counting)."""
+    base = next(map(sys.getrefcount, {0: object()}.values()))
+    return [count - base for count in list(map(sys.getrefcount, objects.values()))]
 
 
 class PatchError(RuntimeError):
     """A target could not be resolved or wrapped."""
 
 
-@dataclass
 class Place:
     """One reference that held the original: ``kind`` is attr, defaults or kwdefaults."""
 
-    kind: str
-    holder: Any
-    slot: Any
+    __slots__ = ("kind", "holder", "slot")
+
+    def __init__(self, kind: str, holder: Any, slot: Any) -> None:
+        self.kind = kind
+        self.holder = holder
+        self.slot = slot
+
+    def __repr__(self) -> str:
+        return f"Place({self.kind!r}, {self.describe()})"
 
     def get(self) -> Any:
         if self.kind == "attr":
@@ -96,30 +128,56 @@ def _chain(obj: Any) -> Iterator[Any]:
             return
 
 
-def _functions_of(module: types.ModuleType) -> Iterator[types.FunctionType]:
+#: the types of values that are neither functions, nor classes, nor proxies passing for one:
+#: a module's values of these are passed over without an ``isinstance`` look-up of ``__class__``
+_PLAIN = frozenset({str, bytes, int, float, complex, bool, type(None), tuple, list, dict, set, frozenset,
+                    types.ModuleType, types.BuiltinFunctionType, types.MethodType, property, type(Ellipsis)})
+
+
+def _functions_of(module: types.ModuleType) -> List[types.FunctionType]:
     """Functions defined in ``module``, at top level and in its classes, and the plain
     functions under a wrapper there (``__wrapped__``): a wrapped function's defaults still
     serve every call that reaches it (tmpatch's own layers wrap such functions)."""
     name = module.__name__
+    function = types.FunctionType
+    plain = _PLAIN
+    found: List[types.FunctionType] = []
+    add = found.append
     for value in list(vars(module).values()):
-        if isinstance(value, types.FunctionType):
-            yield from _unwrapped(value)
+        kind = type(value)
+        if kind is function:  # the common case first: no isinstance, no __dict__ made
+            add(value)
+            if getattr(value, "__wrapped__", None) is not None:
+                found += _inner(value)
+        elif kind in plain:
+            continue
+        elif isinstance(value, function):  # a proxy that passes for one
+            found += _unwrapped(value)
         elif isinstance(value, type) and value.__module__ == name:
             for member in list(vars(value).values()):
-                if isinstance(member, (staticmethod, classmethod)):
+                kind = type(member)
+                if kind in plain:
+                    continue
+                if kind is staticmethod or kind is classmethod or isinstance(member, (staticmethod, classmethod)):
                     member = member.__func__
-                if isinstance(member, types.FunctionType):
-                    yield from _unwrapped(member)
+                    kind = type(member)
+                if kind is function:
+                    add(member)
+                    if getattr(member, "__wrapped__", None) is not None:
+                        found += _inner(member)
+                elif isinstance(member, function):
+                    found += _unwrapped(member)
+    return found
 
 
-def _unwrapped(func: types.FunctionType) -> Iterator[types.FunctionType]:
+def _unwrapped(func: types.FunctionType) -> List[types.FunctionType]:
     """``func`` and the plain functions it wraps, outermost first."""
-    yield func
-    if type(func) is types.FunctionType and "__wrapped__" not in func.__dict__:
-        return  # the common case, without the look-up's exception
-    for inner in itertools.islice(_chain(func), 1, None):
-        if type(inner) is types.FunctionType:
-            yield inner
+    return [func] + _inner(func)
+
+
+def _inner(func: Any) -> List[types.FunctionType]:
+    """The plain functions ``func`` wraps (``__wrapped__``), outermost first."""
+    return [inner for inner in itertools.islice(_chain(func), 1, None) if type(inner) is types.FunctionType]
 
 
 def _sweepable(module_name: str, module: Any) -> Optional[Dict[str, Any]]:
@@ -131,20 +189,24 @@ def _sweepable(module_name: str, module: Any) -> Optional[Dict[str, Any]]:
 
 
 def _in_scope(module_name: str, scope: str) -> bool:
-    return module_name == scope or module_name.startswith(scope + ".")
+    return module_name.startswith(scope) and (len(module_name) == len(scope) or module_name[len(scope)] == ".")
 
 
-def _default_places(module: types.ModuleType) -> Iterator[Tuple[Any, str, Any, Any]]:
-    """``(value, kind, function, slot)`` for each default argument of the functions of ``module``."""
+def _default_places(module: types.ModuleType, plain: bool = False) -> List[Tuple[Any, str, Any, Any]]:
+    """``(value, kind, function, slot)`` for each default argument of the functions of ``module``
+    (``plain``: those whose value is a plain function alone)."""
+    found: List[Tuple[Any, str, Any, Any]] = []
+    function = types.FunctionType
     for func in _functions_of(module):
         defaults = func.__defaults__
         if defaults:
-            for index, value in enumerate(defaults):
-                yield value, "defaults", func, index
+            found += [(value, "defaults", func, index) for index, value in enumerate(defaults)
+                      if not plain or type(value) is function]
         kwdefaults = func.__kwdefaults__
         if kwdefaults:
-            for kw, value in kwdefaults.items():
-                yield value, "kwdefaults", func, kw
+            found += [(value, "kwdefaults", func, kw) for kw, value in kwdefaults.items()
+                      if not plain or type(value) is function]
+    return found
 
 
 def _initializing(module: Any) -> bool:
@@ -156,7 +218,7 @@ class _Scan:
     """What an :class:`_Index` found for one scope: ``places`` maps ``id(value)`` to where it
     was held (one ``(kind, holder, slot)``, or a list of them)."""
 
-    __slots__ = ("indexed", "places", "interest", "count", "unfinished")
+    __slots__ = ("indexed", "places", "interest", "count", "unfinished", "suspects", "deferred", "holders")
 
     def __init__(self) -> None:
         self.indexed: Dict[str, Any] = {}  # module name -> the module indexed under it
@@ -166,6 +228,15 @@ class _Scan:
         self.interest: Optional[Set[int]] = None
         self.count = -1  # len(sys.modules) at the last look
         self.unfinished: Dict[str, int] = {}  # modules still importing when indexed -> their size then
+        #: of ``interest``: the functions held somewhere besides the places the scope's modules hold
+        #: them in and the engine's known references, when counted (:func:`_counts`)
+        self.suspects: Set[int] = set()
+        #: modules outside the scope, finished importing at the first look, not looked through yet:
+        #: they can hold none but ``suspects`` (their references were counted); None once looked through
+        self.deferred: Optional[Dict[str, Any]] = None
+        #: id(function) -> how many entries of ``places`` name it as the holder of a default (each
+        #: entry holds a reference to it)
+        self.holders: Dict[int, int] = {}
 
 
 class _Index:
@@ -180,14 +251,24 @@ class _Index:
     modules, and in other modules those same functions alone (a C-level test skips a module
     that holds none). A function looked for that no module of the scope held when indexed is
     looked for in a second index of every plain function of every module, made once per batch
-    when first needed."""
+    when first needed.
 
-    def __init__(self, resumable: bool = False) -> None:
+    Where reference counts are exact (:data:`EXACT_COUNTS`), the first look counts the
+    references to each function the scope's modules hold: one held nowhere but in the places
+    indexed (and by the engine itself: ``known``) is in no other module. The modules outside
+    the scope that had finished importing then are looked through only when a function held
+    elsewhere too (a *suspect*) is looked for; modules imported since, or still importing
+    then, are looked through as they come. So the look costs what the scope's modules hold,
+    not what the program has loaded."""
+
+    def __init__(self, resumable: bool = False, known: Optional[Callable[[Any], int]] = None) -> None:
         #: (scope, plain) -> its scan; (scope, None): every plain function of every module
         self._scopes: Dict[Tuple[str, Optional[bool]], _Scan] = {}
         #: kept for later batches of an import under way: modules still importing are looked at
         #: again once they have grown or finished
         self.resumable = resumable
+        #: how many references to an object the engine holds itself (not evidence of a holder elsewhere)
+        self.known = known
 
     @staticmethod
     def _note(places: Dict[int, Any], value: Any, entry: Tuple[str, Any, Any]) -> None:
@@ -201,7 +282,11 @@ class _Index:
             places[key] = [found, entry]
 
     def _add(self, module_name: str, module: Any, scope: str, places: Dict[int, Any], plain: bool,
-             interest: Optional[Set[int]] = None) -> None:
+             interest: Optional[Set[int]] = None, new: Optional[Dict[int, Any]] = None,
+             holders: Optional[Dict[int, int]] = None) -> None:
+        """Index ``module``'s values (a module outside the scope: those in ``interest`` alone); the
+        functions of a scope's module that are new to ``interest`` go into ``new`` too, and the
+        functions whose defaults are noted are counted in ``holders``."""
         namespace = _sweepable(module_name, module)
         if namespace is None:
             return
@@ -218,12 +303,15 @@ class _Index:
         for attr, value in list(namespace.items()):
             if not plain or type(value) is function:
                 note(places, value, ("attr", module, attr))
-                if inside and interest is not None:
+                if inside and interest is not None and id(value) not in interest:
                     interest.add(id(value))
+                    if new is not None:
+                        new[id(value)] = value
         if inside:
-            for value, kind, holder, slot in _default_places(module):
-                if not plain or type(value) is function:
-                    note(places, value, (kind, holder, slot))
+            for value, kind, holder, slot in _default_places(module, plain):
+                note(places, value, (kind, holder, slot))
+                if holders is not None:
+                    holders[id(holder)] = holders.get(id(holder), 0) + 1
 
     def _update(self, scan: _Scan, scope: str, plain: bool) -> None:
         """Index the modules imported since the last look, and those that were still importing."""
@@ -237,6 +325,8 @@ class _Index:
         else:  # a module left sys.modules: forget it, and compare every entry's object
             for name in indexed.keys() - modules.keys():
                 del indexed[name]
+                if scan.deferred is not None:
+                    scan.deferred.pop(name, None)
             fresh = [item for item in list(modules.items()) if indexed.get(item[0]) is not item[1]]
         for module_name, module in fresh:
             indexed[module_name] = module
@@ -247,10 +337,20 @@ class _Index:
                 del scan.unfinished[module_name]
             elif not _initializing(module) or len(namespace) != size:
                 fresh.append((module_name, module))
+        first = scan.count < 0
         scan.count = len(modules)
+        if first and plain and EXACT_COUNTS and scan.interest is not None:
+            # the first look: modules outside the scope wait until a function held outside the scope
+            # is looked for (their references are counted below). Not those still importing when the
+            # look is kept for later batches of an import (they may bind a function before those).
+            resumable = self.resumable
+            scan.deferred = {name: module for name, module in fresh if not _in_scope(name, scope)
+                             and not (resumable and _initializing(module))}
+            fresh = [item for item in fresh if item[0] not in scan.deferred]
         fresh.sort(key=lambda item: not _in_scope(item[0], scope))  # the scope's functions first
+        new: Dict[int, Any] = {}
         for module_name, module in fresh:
-            self._add(module_name, module, scope, scan.places, plain, scan.interest)
+            self._add(module_name, module, scope, scan.places, plain, scan.interest, new, scan.holders)
             if not self.resumable:
                 continue
             if _initializing(module):
@@ -258,6 +358,58 @@ class _Index:
                 scan.unfinished[module_name] = len(namespace) if namespace is not None else 0
             else:
                 scan.unfinished.pop(module_name, None)
+        if new and scan.deferred is not None:
+            self._count(scan, new)
+
+    def _count(self, scan: _Scan, new: Dict[int, Any]) -> None:
+        """Mark the functions of ``new`` (newly indexed) held elsewhere than in their indexed places
+        and by the engine (``known``) as :attr:`_Scan.suspects`."""
+        counts = _counts(new)  # first: nothing else of this look holds them yet
+        known = self.known
+        for (key, obj), elsewhere in zip(new.items(), counts):
+            elsewhere -= self._holding(scan.places.get(key), obj) + scan.holders.get(key, 0)
+            if elsewhere - (known(obj) if known is not None else 0) > 0:
+                scan.suspects.add(key)
+        new.clear()
+
+    @staticmethod
+    def _holding(found: Any, obj: Any) -> int:
+        """How many references to ``obj`` the indexed places ``found`` hold now: one per slot of
+        each distinct container (a namespace, a defaults tuple or dict shared by two functions
+        counts once)."""
+        slots = set()
+        for kind, holder, slot in (found if type(found) is list else (found,)) if found is not None else ():
+            try:
+                if kind == "attr":
+                    container = vars(holder)
+                    held = container.get(slot) is obj
+                elif kind == "defaults":
+                    container = holder.__defaults__
+                    held = container[slot] is obj
+                else:
+                    container = holder.__kwdefaults__
+                    held = container.get(slot) is obj
+            except Exception:  # noqa: BLE001 - the holder changed since it was indexed
+                continue
+            if held:
+                slots.add((id(container), slot))
+        return len(slots)
+
+    def _open(self, scan: _Scan, scope: str) -> None:
+        """Look through the deferred modules outside the scope, for the suspects (the only
+        functions of the scope they can hold); from now on every module is looked through."""
+        deferred, scan.deferred = scan.deferred, None
+        if not deferred:
+            return
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for module_name, module in deferred.items():
+                if scan.indexed.get(module_name) is module:
+                    self._add(module_name, module, scope, scan.places, True, scan.suspects)
+        finally:
+            if collecting:
+                gc.enable()
 
     def find(self, old: Dict[int, Any], scope: str) -> Iterator[Place]:
         plain = all(type(obj) is types.FunctionType for obj in old.values())
@@ -272,6 +424,8 @@ class _Index:
         if scan.interest is not None:
             unknown = {key: obj for key, obj in old.items() if key not in scan.interest}
             old = {key: obj for key, obj in old.items() if key in scan.interest}
+        if scan.deferred is not None and not scan.suspects.isdisjoint(old):
+            self._open(scan, scope)  # held outside the scope too: the other modules are looked through
         yield from self._held(scan.places, old, seen)
         if unknown:
             # held by no module of the scope when indexed (a replacement tmpatch made earlier, say):
@@ -281,6 +435,15 @@ class _Index:
                 every = self._scopes[(scope, None)] = _Scan()
             self._refresh(every, scope, True)
             yield from self._held(every.places, unknown, seen)
+
+    def prepare(self, scope: str) -> None:
+        """Make (or bring up to date) the look for plain functions of ``scope`` now: its counts
+        (:meth:`_count`) then see no reference the caller is about to make."""
+        scan = self._scopes.get((scope, True))
+        if scan is None:
+            scan = self._scopes[(scope, True)] = _Scan()
+            scan.interest = set()
+        self._refresh(scan, scope, True)
 
     def _refresh(self, scan: _Scan, scope: str, plain: bool) -> None:
         collecting = gc.isenabled()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import __future__
 import ast
+import collections
 import copy
 import inspect
 import marshal
@@ -25,7 +26,7 @@ import textwrap
 import types
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tmpatch.engine import cache
+from tmpatch.engine import cache, fingerprint
 from tmpatch.spec import ROUTE, Route, inline
 
 
@@ -49,8 +50,28 @@ def _statements(source: str) -> List[ast.stmt]:
     return ast.parse(textwrap.dedent(source)).body
 
 
-def _same(a: ast.AST, b: ast.AST) -> bool:
-    return ast.dump(a, annotate_fields=False) == ast.dump(b, annotate_fields=False)
+#: an edit's ``find`` text -> its statements, parsed once (never changed: matches copy them)
+_PATTERNS: Dict[str, List[ast.stmt]] = {}
+
+
+def _pattern(source: str) -> List[ast.stmt]:
+    found = _PATTERNS.get(source)
+    if found is None:
+        found = _PATTERNS[source] = _statements(source)
+    return found
+
+
+def _same(a: Any, b: Any, skip: str = "") -> bool:
+    """Whether two nodes are the same code, line numbers aside (what their ``ast.dump`` without
+    attributes tells, compared as the walk goes: a difference ends it). ``skip``: a field of the
+    two nodes themselves left out."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, ast.AST):
+        return all(_same(getattr(a, name, None), getattr(b, name, None)) for name in a._fields if name != skip)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b  # a constant, an identifier, None
 
 
 #: in an edit's replacement, the statement that stands for the body a ``...`` body matched
@@ -67,11 +88,7 @@ def _any_body(pattern: ast.AST) -> bool:
 def _matches(node: ast.AST, pattern: ast.AST) -> bool:
     if not _any_body(pattern):
         return _same(node, pattern)
-    if type(node) is not type(pattern):
-        return False
-    head, want = copy.copy(node), copy.copy(pattern)
-    head.body = want.body = []  # type: ignore[attr-defined]
-    return _same(head, want)
+    return _same(node, pattern, skip="body")
 
 
 def _splice(statements: List[ast.stmt], body: Optional[List[ast.stmt]]) -> None:
@@ -89,15 +106,26 @@ def _splice(statements: List[ast.stmt], body: Optional[List[ast.stmt]]) -> None:
                 block[i:i + 1] = copy.deepcopy(body)
 
 
+#: the fields of a node that hold statements, or nodes that hold them (``except`` handlers, ``case`` clauses)
+_NESTED = (ast.stmt, ast.excepthandler) + ((ast.match_case,) if hasattr(ast, "match_case") else ())
+
+
 def _blocks(node: ast.AST) -> List[Tuple[ast.AST, str]]:
     """Every statement list in ``node``: ``(owner, field)`` (``except`` handlers and ``case``
-    clauses are nodes of the walk themselves)."""
+    clauses are nodes of the walk themselves). Only statements and the nodes that hold them
+    are walked (no expression holds a statement), breadth first as ``ast.walk``."""
     found = []
-    for owner in ast.walk(node):
+    queue = collections.deque([node])
+    while queue:
+        owner = queue.popleft()
         for name in ("body", "orelse", "finalbody"):
             value = getattr(owner, name, None)
             if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
                 found.append((owner, name))
+        for name in owner._fields:
+            value = getattr(owner, name, None)
+            if isinstance(value, list):
+                queue.extend(child for child in value if isinstance(child, _NESTED))
     return found
 
 
@@ -108,15 +136,17 @@ def _keep_lines(statements: List[ast.stmt], release: List[ast.stmt]) -> None:
     holders: List[Any] = [statements]
     for statement in statements:
         holders.extend(getattr(owner, name) for owner, name in _blocks(statement))
+    placed = set()  # the release's statements put in already: a second place gets a copy
     for block in holders:
         for i, node in enumerate(block):
             same = next((kept for kept in release if _same(node, kept)), None)
             if same is not None:
-                block[i] = copy.deepcopy(same)
+                block[i] = copy.deepcopy(same) if id(same) in placed else same  # it leaves its own block
+                placed.add(id(same))
 
 
 def _apply(function: ast.FunctionDef, edit: Any) -> None:
-    wanted = _statements(edit.find)
+    wanted = _pattern(edit.find)
     if not wanted:
         raise RewriteError("an edit must name at least one statement")
     spots = []
@@ -180,19 +210,36 @@ def _route(function: ast.FunctionDef) -> None:
     body.insert(first, guard)
 
 
+def _nodes(tree: ast.AST) -> List[ast.AST]:
+    """Every node of ``tree`` (those of ``ast.walk``, in another order)."""
+    found: List[ast.AST] = []
+    stack = [tree]
+    node_type = ast.AST
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, node_type):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(item for item in value if isinstance(item, node_type))
+    return found
+
+
 def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str, ...]) -> types.CodeType:
     """The module code that defines ``__tmpatch_rewrite__(*helpers)``, a factory returning the
     edited function."""
     code = func.__code__
     try:
-        raw = inspect.getsource(func)
+        raw = fingerprint.source(func)  # inspect.getsource, read once for the fingerprint and the edit
     except (OSError, TypeError) as exc:
         raise RewriteError(f"no source for {func.__qualname__}: {exc}") from None
     source = textwrap.dedent(raw)
-    tree = ast.parse(source)
+    tree = ast.parse("\n" * (code.co_firstlineno - 1) + source)  # the file's lines, as they are
     indent = len(raw) - len(raw.lstrip()) - (len(source) - len(source.lstrip()))
     if indent:  # a method: the file's columns (tracebacks underline by them), not the dedented ones
-        for node in ast.walk(tree):
+        for node in _nodes(tree):
             if getattr(node, "col_offset", None) is not None:
                 node.col_offset += indent
             if getattr(node, "end_col_offset", None) is not None:
@@ -206,15 +253,16 @@ def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str,
         _apply(function, edit)
     if not code.co_flags & _NOT_PLAIN:
         _route(function)
-    ast.increment_lineno(tree, code.co_firstlineno - 1)
     # a factory whose parameters are the helpers: the edited function closes over them
     module = ast.parse(f"def __tmpatch_rewrite__({', '.join(helpers)}):\n    return {function.name}\n")
     factory = module.body[0]
     factory.body.insert(0, function)
-    inside = {id(node) for node in ast.walk(function)}
-    for node in ast.walk(module):
-        if id(node) not in inside and hasattr(node, "lineno"):
+    outside = [module]  # the factory's own nodes take the function's place: not the function's
+    while outside:
+        node = outside.pop()
+        if hasattr(node, "lineno"):
             ast.copy_location(node, function)
+        outside.extend(child for child in ast.iter_child_nodes(node) if child is not function)
     flags = code.co_flags & _FUTURE_FLAGS  # e.g. ``from __future__ import annotations`` of the release's module
     return compile(module, code.co_filename, "exec", flags=flags, dont_inherit=True)
 

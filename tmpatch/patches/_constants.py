@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Hashable, Tuple
 
+from tmpatch.runtime.compiled import compiling
+
 #: at most this many constants are kept (all devices, all kinds); the oldest go first
 MAX_ENTRIES = 256
 
@@ -38,3 +40,18 @@ def full(value: Any, dtype: Any, device: Any) -> Any:
     import torch
 
     return cached(key, lambda: torch.full((), value, dtype=dtype, device=device))
+
+
+def operand(value: Any, like: Any) -> Any:
+    """``value`` (a Python number) as the other operand of ``torch.where(mask, like, value)``:
+    eager, where the number keeps ``like``'s dtype (a float beside a float or complex tensor, an
+    int beside a signed one), a 0-d constant of that dtype on ``like``'s device (:func:`full`);
+    otherwise, and in code torch.compile traces, the number itself. The same result: ``where``
+    makes the number's 0-d tensor in that dtype itself, on the device, at every call (a fill
+    kernel more)."""
+    dtype = like.dtype
+    kind = type(value)
+    if (dtype.is_floating_point or dtype.is_complex if kind is float else kind is int and dtype.is_signed) \
+            and not compiling():
+        return full(value, dtype, like.device)
+    return value

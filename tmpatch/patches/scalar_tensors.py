@@ -33,10 +33,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict, Optional, Tuple
 
-from packaging.specifiers import SpecifierSet
 
 from tmpatch.runtime.device_tensors import built, swap
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Edit, Label, Patch, Releases, Rewrite, Target, Variant, since, span
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
@@ -49,7 +48,7 @@ def _made_on_device(*statements: str) -> Rewrite:
 
 
 def _target(module: str, qualname: str, rewrite: Rewrite, *variants: Tuple[Any, str],
-            present: Optional[SpecifierSet] = None) -> Target:
+            present: Optional[Releases] = None) -> Target:
     return Target(module=module, qualname=qualname, present=present,
                   variants=tuple(Variant(releases, fingerprint, rewrite) for releases, fingerprint in variants))
 

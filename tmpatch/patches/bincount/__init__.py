@@ -50,10 +50,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from packaging.specifiers import SpecifierSet
 
 from tmpatch.patches.bincount import counting, formatters, metrics, updates
-from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Together, Variant, since, span
+from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Releases, Target, Together, Variant, since, span
 
 _DATA = "torchmetrics.utilities.data"
 _STAT = "torchmetrics.classification.stat_scores"
@@ -64,7 +63,7 @@ _CURVE = "torchmetrics.classification.precision_recall_curve"
 _CURVE_FN = "torchmetrics.functional.classification.precision_recall_curve"
 
 
-def _one(module: str, qualname: str, *variants: Variant, present: Optional[SpecifierSet] = None) -> Target:
+def _one(module: str, qualname: str, *variants: Variant, present: Optional[Releases] = None) -> Target:
     return Target(module=module, qualname=qualname, variants=variants, present=present)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict, Tuple
 
+from tmpatch.patches._constants import operand
 from tmpatch.patches.bincount.counting import outside, recorded
 
 where: Any = None  # torch.where, bound when the edits' names are made
@@ -38,8 +39,8 @@ def unremoved(preds: Any, target: Any, keep: Any) -> Tuple[Any, Any]:
     update.keep = keep
     if preds.is_floating_point():
         rows = keep if preds.dim() == keep.dim() else keep.unsqueeze(-1)  # (N, C) multiclass rows
-        preds = where(rows, preds, 0)
-    return preds, where(keep, target, -1)
+        preds = where(rows, preds, operand(0, preds))
+    return preds, where(keep, target, operand(-1, target))  # the fills: constants, no kernel each
 
 
 def classes(target: Any, num_classes: int) -> Any:

@@ -86,7 +86,9 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         writes = _Writes(torch)
 
         def impute(x: Any, nan: Any, value: float) -> Any:
-            return where(nan, value, x)  # a Python number: no type promotion, no copy to the device
+            # in x's dtype (no type promotion, no copy to the device); eager, in one kernel: the
+            # fill value a constant made once per device, not a 0-d tensor filled at every call
+            return where(nan, _constants.operand(value, x), x)
 
         def written(x: Any, nan: Any, weight: Any, value: float) -> Any:
             """The value the release's ``x[nans | nans_weight] = value`` writes, in ``x``'s dtype; where
@@ -191,7 +193,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                 where(nan, fill, given, out=value)
                 if not imputing and strategy != "ignore":
                     report(metric, strategy, nan)
-                return where(nan, 1.0 if imputing else 0.0, weight).float()
+                return where(nan, _constants.operand(1.0 if imputing else 0.0, weight), weight).float()
 
             def _cast_and_nan_check_input_1_0_0(original: Callable, self: Any, x: Any) -> Any:
                 tracing = compiling()
@@ -246,7 +248,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                         if imputing and not tracing:  # the value stored (masked_fill_ refuses one beyond the range)
                             fill = writes.of(value.dtype, fill)[1]
                         value.masked_fill_(weight_nan, fill)
-                return where(nan, 1.0 if imputing else 0.0, weight).float()
+                return where(nan, _constants.operand(1.0 if imputing else 0.0, weight), weight).float()
 
             return _cast_and_nan_check_input_1_0_0
 
