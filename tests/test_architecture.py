@@ -36,6 +36,8 @@ PYTEST_RUN = ("the pytest plugin loads in every pytest run: tmpatch's control la
 AUDIT_FLOOR = "tmpatch audit checks torch's version before it imports the simulation (below: it says why)"
 ALONE = "tmpatch/engine/fingerprint.py also runs as a file, without its package (tests, in other Pythons)"
 METADATA = "importlib.metadata costs about 10 ms: read when a release's version is asked"
+MULTIPROCESSING = ("multiprocessing.util costs about 40 ms where torch has not loaded it: imported when the first "
+                   "metric gets a book of deferred reports (torch has loaded it then), for the exit hooks")
 
 #: (module, function, module imported inside it) -> reason; torch, torchmetrics and other
 #: third-party imports are not listed (the design's rule for them: tests/control/test_api.py
@@ -71,6 +73,7 @@ LAZY_IMPORTS = {
     ("tmpatch.audit.oracle.breaks", "graph_breaks", "tmpatch.audit.oracle.sim"): AUDIT_FLOOR,
     ("tmpatch.engine.fingerprint", "fingerprint", "tmpatch.engine.cache"): ALONE,
     ("tmpatch.patches", "release", "importlib.metadata"): METADATA,
+    ("tmpatch.runtime.deferred.endings", "armed", "multiprocessing.util"): MULTIPROCESSING,
 }
 
 

@@ -1,0 +1,329 @@
+"""Evidence on its way to the host: a book's pending evidence reduced entry by entry (which
+update each count came from is kept), and sent to the host without a sync.
+
+On a CUDA device a book's evidence waits until :data:`LANDING` entries have been noted since
+it last left (a counting update notes one or two), then leaves in one flight (:class:`Flight`):
+the entries reduced one by one (a stack and a reduction for all of them), copied into pinned
+host memory with ``non_blocking=True``, and a CUDA event recorded behind the copy. Nothing
+waits for the device: a later update asks the event (``query()``, which never waits) and reads
+the host copy once it has landed (``updates.py``). A settle point that comes first reads the
+flight's values on the device, in its one read. Evidence in host memory needs no flight: it is
+read at once (:func:`read_at_once`). Evidence on other devices waits for a settle point.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+from tmpatch.runtime import host
+from tmpatch.runtime.deferred import AUDIT_TAG, Book, Kind
+from tmpatch.runtime.deferred.giving import Tally
+
+#: a book sends its evidence to the host once this many entries were noted since it last did (an
+#: update notes one per check it defers): the most updates a report waits for before its copy starts
+LANDING = 16
+
+
+class Watch:
+    """The books holding evidence that the update hook (``updates.py``) has to look at, and the
+    books of collected metrics whose report waits for a moment a read can be made
+    (``endings.py``); ``on``: there are some (read by every update: an attribute, not a length)."""
+
+    __slots__ = ("on", "books", "orphans")
+
+    def __init__(self) -> None:
+        self.on = False
+        self.books: "set[Book]" = set()
+        self.orphans: List[Book] = []
+
+    def watch(self, book: Book) -> None:
+        self.books.add(book)
+        self.on = True
+
+    def drop(self, book: Book) -> None:
+        self.books.discard(book)
+        self.on = bool(self.books or self.orphans)
+
+    def orphan(self, book: Book) -> None:
+        if book not in self.orphans:
+            self.orphans.append(book)
+        self.on = True
+
+    def clear(self) -> None:
+        self.books.clear()
+        del self.orphans[:]
+        self.on = False
+
+
+WATCH = Watch()
+
+
+# -- evidence, entry by entry -----------------------------------------------------------------------
+#: one part of a book's evidence: ``(key, sign, steps, values)``; ``values`` a 1-D tensor (or a list
+#: of host ints) with one value per step (the update it came from; None: not known)
+Part = Tuple[str, int, List[Optional[int]], Any]
+
+
+def _each(kind: Kind, tensors: List[Any]) -> Any:
+    """The count of ``kind`` in each of ``tensors`` (one dtype, device and number of elements): a
+    1-D tensor, one value per tensor, in one reduction (and a stack)."""
+    import torch
+
+    rows = tensors[0].reshape(1, -1) if len(tensors) == 1 else torch.stack([t.reshape(-1) for t in tensors])
+    name = kind[0]
+    if name == "any":
+        return rows.any(1)
+    if name == "sum":
+        return rows.sum(1)
+    if name == "false":
+        return rows.shape[1] - rows.sum(1)
+    low, high = kind[1], kind[2]
+    if rows.dtype in (torch.int32, torch.int64) and low < high:
+        return (rows.clamp(low, high - 1) != rows).sum(1)
+    return ((rows < low) | (rows >= high)).sum(1)
+
+
+def take(book: Book) -> List[Part]:
+    """Empty the book's counts and pending evidence into parts (the caller holds :data:`LOCK`;
+    compiled updates' counts are folded into the counts first by the caller, where it wants them)."""
+    parts: List[Part] = [(key, 1, [None], value.reshape(1)) for key, value in book.counts.items()]
+    pending, steps = book.pending, book.steps
+    book.counts, book.pending, book.steps, book.pinned, book.noted = {}, [], [], 0, 0
+    book.marked = book.traced_marked
+    groups: Dict[Tuple[Any, ...], Tuple[List[Any], List[Optional[int]]]] = {}
+    for index, (key, evidence, kind, sign) in enumerate(pending):
+        step = steps[index] if index < len(steps) else None
+        if type(evidence) is int:  # a count already on the host
+            parts.append((key, sign, [step], [evidence]))
+            continue
+        group = groups.setdefault((key, kind, sign, evidence.dtype, evidence.device, evidence.numel()), ([], []))
+        group[0].append(evidence)
+        group[1].append(step)
+    for (key, kind, sign, _, _, _), (tensors, stamps) in groups.items():
+        parts.append((key, sign, stamps, _each(kind, tensors)))
+    return parts
+
+
+def read(values: List[Any]) -> List[List[int]]:
+    """The values of 1-D tensors (and host lists), in one device read where they share a device
+    (each tensor carries :data:`AUDIT_TAG`: the sync audit reads a record as "nothing to report")."""
+    out: List[Optional[List[int]]] = [list(v) if isinstance(v, list) else None for v in values]
+    tensors = [v for v in values if not isinstance(v, list)]
+    if not tensors:
+        return out  # type: ignore[return-value]
+    import torch
+
+    if len({t.device for t in tensors}) == 1:
+        flat = tensors[0] if len(tensors) == 1 else torch.cat([t.reshape(-1).long() for t in tensors])
+        setattr(flat, AUDIT_TAG, True)
+        numbers = flat.tolist()  # the one read
+        chunks, start = [], 0
+        for t in tensors:
+            chunks.append(numbers[start:start + t.numel()])
+            start += t.numel()
+    else:
+        chunks = []
+        for t in tensors:
+            setattr(t, AUDIT_TAG, True)
+            chunks.append(t.tolist())
+    found = iter(chunks)
+    return [v if v is not None else next(found) for v in out]  # type: ignore[misc]
+
+
+def decode(layout: List[Tuple[str, int, List[Optional[int]]]], values: List[List[int]]) -> Tally:
+    """What the parts say, per record key: the count (signs applied), and the first update whose
+    count is not zero where every counted value's update is known."""
+    per_step: Dict[str, Dict[Optional[int], int]] = {}
+    for (key, sign, steps), numbers in zip(layout, values):
+        into = per_step.setdefault(key, {})
+        for step, number in zip(steps, numbers):
+            into[step] = into.get(step, 0) + sign * int(number)
+    out: Tally = {}
+    for key, steps in per_step.items():
+        total = sum(steps.values())
+        if total:
+            known = [step for step, n in steps.items() if n and step is not None]
+            out[key] = (total, min(known) if known else None, bool(steps.get(None)))
+    return out
+
+
+# -- flights: evidence on its way to the host -----------------------------------------------------
+class _Landed:
+    """The event of a copy the host made itself: done."""
+
+    @staticmethod
+    def query() -> bool:
+        return True
+
+
+class _Never:
+    """The event of a copy on simulated CUDA (the sync audit): never done; a settle point reads
+    the evidence on the device instead."""
+
+    @staticmethod
+    def query() -> bool:
+        return False
+
+
+LANDED, NEVER = _Landed(), _Never()
+
+
+def simulated(tensor: Any) -> bool:
+    """Whether ``tensor`` is simulated (one of torch's fake tensors, as the sync audit makes): it
+    has no values, and a copy of it to the host holds none."""
+    fake = sys.modules.get("torch._subclasses.fake_tensor")
+    kind = getattr(fake, "FakeTensor", None)
+    return kind is not None and isinstance(tensor, kind)
+
+
+def new_event(device: Any) -> Any:
+    """An event, recorded now on ``device``'s current stream, whose ``query()`` says (without
+    waiting) whether the work queued before it, the copy to the host, is done. The test suite
+    replaces it to say when a copy lands."""
+    import torch
+
+    if device.type != "cuda":
+        return LANDED  # the host made the copy itself
+    if not torch.cuda.is_available():
+        return NEVER  # simulated CUDA
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
+class Flight:
+    """A book's evidence on its way to the host: the parts' layout, their values on the device
+    (``dev``: read by a settle point that comes before the copy lands), the host copy and the
+    event behind it."""
+
+    __slots__ = ("layout", "dev", "host", "event", "known")
+
+    def __init__(self, layout: List[Tuple[str, int, List[Optional[int]]]], dev: Any, host_copy: Any, event: Any,
+                 known: List[Tuple[Tuple[str, int, List[Optional[int]]], List[int]]]) -> None:
+        self.layout = layout
+        self.dev = dev
+        self.host = host_copy
+        self.event = event
+        self.known = known  # parts whose values were on the host already
+
+    def landed(self) -> Optional[Tally]:
+        """What the flight says, once its copy has landed (else None); reads host memory only."""
+        if not self.event.query():
+            return None
+        try:
+            numbers = self.host.tolist()
+        except Exception:  # noqa: BLE001 - a host copy without values (simulated CUDA): never lands
+            self.event = NEVER
+            return None
+        return self.tally(numbers)
+
+    def tally(self, numbers: List[Any]) -> Tally:
+        """What the flight says, given the values of ``dev`` (read by the host copy, or by a settle point)."""
+        values, start = [], 0
+        for _, _, steps in self.layout:
+            values.append(numbers[start:start + len(steps)])
+            start += len(steps)
+        layout = list(self.layout) + [part for part, _ in self.known]
+        return decode(layout, values + [numbers for _, numbers in self.known])
+
+
+def holds(book: Book) -> bool:
+    """Whether the book holds anything to report (no read)."""
+    return bool(book.marked or book.counts or book.synced or book.flight is not None)
+
+
+def gather_traced(book: Book) -> None:
+    """Fold what compiled updates added to the book's traced counts into its counts."""
+    if book.traced_marked:
+        book.traced_marked = False
+        for key, value in list(book.traced.items()):
+            old = book.counts.get(key)
+            book.counts[key] = value.clone() if old is None else old + value
+            value.zero_()
+
+
+#: devices whose evidence can fly to the host without a sync (others wait for a settle point)
+FLYING = frozenset({"cuda", "cpu"})
+
+
+def device_of(book: Book) -> Any:
+    """The device of the book's evidence (None: all of it is on the host already, as ints)."""
+    for _, evidence, _, _ in book.pending:
+        if type(evidence) is not int:
+            return evidence.device
+    for value in book.counts.values():
+        return value.device
+    return None
+
+
+def read_at_once(tensor: Any) -> bool:
+    """Whether evidence in ``tensor`` is read at once (host memory: no sync). The test suite
+    replaces it, with :func:`new_event`, to play a device's timing on the CPU."""
+    return host.on_host(tensor)
+
+
+def on_host(book: Book) -> bool:
+    """Whether the book's evidence is in host memory (read at once)."""
+    for _, evidence, _, _ in book.pending:
+        if type(evidence) is not int:
+            return read_at_once(evidence)
+    for value in book.counts.values():
+        return read_at_once(value)
+    return True
+
+
+def launch(book: Book) -> None:
+    """Send the book's counts and pending evidence to the host in one non-blocking copy (the
+    caller holds :data:`LOCK`)."""
+    import torch
+
+    parts = take(book)
+    flying = [part for part in parts if not isinstance(part[3], list)]
+    known = [((key, sign, steps), values) for key, sign, steps, values in parts if isinstance(values, list)]
+    if not flying:
+        book.flight = Flight([], None, None, LANDED, known)
+        return
+    tensors = [values for _, _, _, values in flying]
+    dev = tensors[0] if len(tensors) == 1 else torch.cat([t.long() for t in tensors])
+    if dev.device.type == "cuda":
+        host_copy = torch.empty(dev.shape, dtype=dev.dtype, pin_memory=True)
+        host_copy.copy_(dev, non_blocking=True)
+    else:  # the device path of the test suite on the CPU (tmpatch.runtime.host): a copy of the host's own
+        host_copy = dev.clone()
+    event = NEVER if simulated(dev) else new_event(dev.device)  # a simulated copy holds nothing to read
+    book.flight = Flight([(key, sign, steps) for key, sign, steps, _ in flying], dev, host_copy, event, known)
+
+
+def recall(book: Book) -> None:
+    """Fold a flight that has not been reported back into the book's counts, on the device (a
+    coalesced sync sums them over the ranks)."""
+    flight, book.flight = book.flight, None
+    if flight is None:
+        return
+    import torch
+
+    counts = book.counts
+    device = flight.dev.device if flight.dev is not None else getattr(book.ref(), "device", None)
+    tally = flight.landed()
+    if tally is None:  # still on its way: the same sums, on the device
+        start, tally_dev = 0, {}
+        for key, sign, steps in flight.layout:
+            piece = flight.dev[start:start + len(steps)].long().sum()
+            start += len(steps)
+            tally_dev[key] = tally_dev.get(key, 0) + (piece if sign > 0 else -piece)
+        for (key, sign, _), numbers in flight.known:
+            tally_dev[key] = tally_dev.get(key, 0) + sign * sum(numbers)
+        items = list(tally_dev.items())
+    else:
+        items = [(key, total) for key, (total, _, _) in tally.items()]
+    for key, amount in items:
+        if not isinstance(amount, torch.Tensor):
+            amount = torch.full((), int(amount), dtype=torch.long, device=device)
+        old = counts.get(key)
+        counts[key] = amount if old is None else old + amount.to(old.device)
+
+
+
+__all__ = ["FLYING", "Flight", "LANDED", "LANDING", "NEVER", "Part", "WATCH", "Watch", "decode", "device_of",
+           "gather_traced", "holds", "launch", "new_event", "on_host", "read", "read_at_once", "recall", "simulated",
+           "take"]
