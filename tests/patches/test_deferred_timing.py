@@ -97,6 +97,28 @@ def test_row1_forward_only_logging_on_a_gpu_reports_each_batch_once_within_landi
         metric.compute()  # the last one had not left yet (fewer than LANDING entries since)
 
 
+@pytest.mark.parametrize("case", ["nan", "class"])
+def test_row1_a_forward_only_loop_on_simulated_cuda_sends_its_evidence_without_a_sync(case):
+    """40 forward() steps on simulated CUDA: no sync, the evidence sent to the host in
+    non-blocking copies into pinned memory, one per ``LANDING`` entries (a copy there never lands:
+    the simulation has no values, and the next copy waits for it)."""
+    from tmpatch.audit import audit
+
+    _apply()
+    metric = MeanMetric(nan_strategy="warn") if case == "nan" else _accuracy()
+    batch = (BAD,) if case == "nan" else (torch.tensor([0, 1, 2]), torch.tensor([0, 7, 2]))
+
+    def loop(each, *args):
+        for _ in range(40):
+            each(*args)
+        return args[0]
+
+    report = audit(loop, metric, *batch)
+    assert report.complete and report.count == 0, report
+    copies = report.of_kind("non-blocking copy (pinned memory)")
+    assert len(copies) == 1 and copies[0].function == "launch", report
+
+
 # -- 2. MeanMetric(nan_strategy="error")(nan_batch) -----------------------------------------------
 def test_row2_an_error_strategy_raises_from_the_forward_that_saw_nan():
     _apply()
