@@ -174,6 +174,21 @@ def test_copies_made_while_a_flight_is_in_the_air_carry_nothing(device_timing):
     assert len(REPORTS) == 1
 
 
+def test_revert_keeps_a_flight_in_the_air_for_the_next_compute(device_timing):
+    metric = Clipped()
+    for step in range(landing.LANDING):
+        metric.update(BAD if step == 1 else GOOD)
+    assert deferred.book_of(metric).flight is not None
+    tmpatch.revert()
+    device_timing.land()
+    metric.update(GOOD)  # the release's update: no hook
+    assert REPORTS == []
+    with pytest.warns(UserWarning, match=r"reported at compute\(\) \(the first of them came from update #2\)"):
+        metric.compute()
+    metric.compute()
+    assert len(REPORTS) == 1
+
+
 def test_a_flight_on_simulated_cuda_adds_no_sync_and_copies_without_blocking():
     from tmpatch.audit import audit
 

@@ -211,11 +211,14 @@ def went_live() -> None:
 
 
 def went_dormant() -> None:
-    """The deferred_reports patch is reverted: keep every pending report (:func:`detach`)."""
+    """The deferred_reports patch is reverted: keep every pending report (:func:`detach`) for the
+    next compute; updates no longer report (the ``wrapped_func`` of a metric built while applied
+    still calls the update hook: it returns at once)."""
     global _live
     _live = False
     for metric, book in pending_books():
         detach(metric, book)
+    WATCH.drop_books()
 
 
 def internal() -> bool:

@@ -49,6 +49,11 @@ class Watch:
             self.orphans.append(book)
         self.on = True
 
+    def drop_books(self) -> None:
+        """Look at no book after updates (the orphans stay)."""
+        self.books.clear()
+        self.on = bool(self.orphans)
+
     def clear(self) -> None:
         self.books.clear()
         del self.orphans[:]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-from tmpatch.runtime.deferred import LOCK, Book, _books, _internal, book_of
+from tmpatch.runtime.deferred import LOCK, Book, _books, _internal, book_of, is_live
 from tmpatch.runtime.deferred.endings import adopt, holder
 from tmpatch.runtime.deferred.giving import Tally, deliver, metrics_in
 from tmpatch.runtime.deferred.landing import (
@@ -60,7 +60,7 @@ def after_update(metric: Any, call: str = "update()") -> None:
     """After the user's ``update()`` (``call``: or ``forward()``) of ``metric``: report what has
     reached the host of its books (and of the metrics inside it), send what is due. Raises the
     release's error, or warns, from this call. Nothing inside torchmetrics' own calls."""
-    if _internal.get():
+    if _internal.get() or not is_live():  # torchmetrics' own call, or the patch is reverted
         return
     if WATCH.orphans:  # books of metrics collected at a moment no read could be made
         adopt()
