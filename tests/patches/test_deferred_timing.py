@@ -116,7 +116,7 @@ def test_row1_a_forward_only_loop_on_simulated_cuda_sends_its_evidence_without_a
     report = audit(loop, metric, *batch)
     assert report.complete and report.count == 0, report
     copies = report.of_kind("non-blocking copy (pinned memory)")
-    assert len(copies) == 1 and copies[0].function == "launch", report
+    assert len(copies) == 1 and copies[0].function == "_to_host", report
 
 
 # -- 2. MeanMetric(nan_strategy="error")(nan_batch) -----------------------------------------------
@@ -339,4 +339,22 @@ def test_row7_on_a_gpu_a_later_update_raises_naming_the_bad_batch(device_timing)
         device_timing.land()
     (step, message), = caught
     assert 2 < step <= 2 + landing.LANDING and "(the first of them came from update #2)" in message
+    metric.compute()
+
+
+def test_on_a_gpu_ignored_positions_are_not_counted_as_invalid(device_timing):
+    """With ``ignore_index`` an update notes the codes (out of range: counted) and the kept positions
+    (taken off): both go to the host as they are and are counted there."""
+    _apply()
+    metric = MulticlassAccuracy(num_classes=3, ignore_index=0, validate_args=False)
+    targets = [torch.tensor([0, 1, 2, 0, 1])] * 3 + [torch.tensor([0, 1, 2, 0, 7])] + [torch.tensor([0, 1, 2, 0, 1])] * 20
+    caught = []
+    for step, target in enumerate(targets, 1):
+        try:
+            metric.update(PREDS, target)
+        except RuntimeError as error:
+            caught.append((step, str(error)))
+        device_timing.land()
+    (step, message), = caught
+    assert "1 value(s)" in message and "(the first of them came from update #4)" in message, message
     metric.compute()

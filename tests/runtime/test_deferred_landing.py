@@ -202,7 +202,7 @@ def test_a_flight_on_simulated_cuda_adds_no_sync_and_copies_without_blocking():
     report = audit(steps, torch.tensor([-1.0, 2.0]))
     assert report.complete and report.count == 0, report
     copies = report.of_kind("non-blocking copy (pinned memory)")
-    assert len(copies) == 1 and copies[0].function == "launch", report
+    assert len(copies) == 1 and copies[0].function == "_to_host", report
 
 
 # -- where nothing can raise -------------------------------------------------------------------------

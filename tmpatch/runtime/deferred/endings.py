@@ -24,7 +24,9 @@ from typing import Any, List, Optional, Tuple
 
 from tmpatch.runtime.deferred import LOCK, Book, _books, log
 from tmpatch.runtime.deferred.giving import Tally, deliver
-from tmpatch.runtime.deferred.landing import WATCH, decode, device_of, gather_traced, holds, read, simulated, take
+from tmpatch.runtime.deferred.landing import (
+    WATCH, decode, device_of, gather_traced, holds, read, reduced, simulated, take,
+)
 
 
 # -- what a metric that is gone leaves to its reporters -------------------------------------------
@@ -82,7 +84,7 @@ def _simulated_book(book: Book) -> bool:
     """Whether the book's evidence is simulated (the sync audit's copies of a metric), which has no
     values to read: it is dropped, unread."""
     tensors = [evidence for _, evidence, _, _ in book.pending] + list(book.counts.values())
-    tensors += list((book.synced or {}).values()) + ([book.flight.dev] if book.flight is not None else [])
+    tensors += list((book.synced or {}).values()) + (list(book.flight.dev) if book.flight is not None else [])
     return any(simulated(t) for t in tensors)
 
 
@@ -111,11 +113,8 @@ def detached(book: Book, where: str) -> None:
         else:
             if flight is not None:
                 landed = flight.landed()
-                if landed is None:
-                    landed = flight.tally(read([flight.dev])[0] if flight.dev is not None else [])
-                tallies.append(landed)
-            tallies.append(decode([(key, sign, steps) for key, sign, steps, _ in parts],
-                                  read([values for _, _, _, values in parts])))
+                tallies.append(landed if landed is not None else flight.tally(read(flight.device_values())))
+            tallies.append(decode([(key, sign, steps) for key, sign, steps, _ in parts], read(reduced(parts))))
     except Exception as exc:  # noqa: BLE001 - never break the user's program at exit or in a finalizer
         if _simulated(exc):  # evidence of a simulated run (the sync audit's copies): nothing to read
             log.debug("tmpatch: the deferred reports of a simulated %s are not read", type(holder(book)).__name__)

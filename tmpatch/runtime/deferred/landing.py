@@ -69,12 +69,18 @@ WATCH = Watch()
 Part = Tuple[str, int, List[Optional[int]], Any]
 
 
-def _each(kind: Kind, tensors: List[Any]) -> Any:
-    """The count of ``kind`` in each of ``tensors`` (one dtype, device and number of elements): a
-    1-D tensor, one value per tensor, in one reduction (and a stack)."""
+def _stacked(tensors: List[Any]) -> Any:
+    """``tensors`` (one dtype, device and number of elements) as the rows of one 2-D tensor."""
     import torch
 
-    rows = tensors[0].reshape(1, -1) if len(tensors) == 1 else torch.stack([t.reshape(-1) for t in tensors])
+    return tensors[0].reshape(1, -1) if len(tensors) == 1 else torch.stack([t.reshape(-1) for t in tensors])
+
+
+def reduce_rows(kind: Kind, rows: Any) -> Any:
+    """The count of ``kind`` in each row of ``rows``: a 1-D tensor, in one reduction (two or three
+    for ``false`` and ``outside``), where ``rows`` lives (the device, or the host copy)."""
+    import torch
+
     name = kind[0]
     if name == "any":
         return rows.any(1)
@@ -88,9 +94,31 @@ def _each(kind: Kind, tensors: List[Any]) -> Any:
     return ((rows < low) | (rows >= high)).sum(1)
 
 
-def take(book: Book) -> List[Part]:
+class Rows:
+    """Evidence sent to the host as it is, one row per entry, and counted there (``kind``): a
+    small group of entries costs a stack and a copy, no reduction on the device."""
+
+    __slots__ = ("kind", "rows")
+
+    def __init__(self, kind: Kind, rows: Any) -> None:
+        self.kind = kind
+        self.rows = rows
+
+    def reduced(self) -> Any:
+        """The counts, one per entry, where the rows are."""
+        return reduce_rows(self.kind, self.rows)
+
+
+#: a group of entries of at most this many bytes goes to the host as it is (:class:`Rows`), larger
+#: ones reduced on the device first (their copy, and the host's count of it, would cost more)
+RAW_BYTES = 64 << 10
+
+
+def take(book: Book, raw_bytes: int = 0) -> List[Part]:
     """Empty the book's counts and pending evidence into parts (the caller holds :data:`LOCK`;
-    compiled updates' counts are folded into the counts first by the caller, where it wants them)."""
+    compiled updates' counts are folded into the counts first by the caller, where it wants them):
+    each group of entries reduced one by one on its device, or, where it holds at most
+    ``raw_bytes``, stacked as it is (:class:`Rows`)."""
     parts: List[Part] = [(key, 1, [None], value.reshape(1)) for key, value in book.counts.items()]
     pending, steps = book.pending, book.steps
     book.counts, book.pending, book.steps, book.pinned, book.noted = {}, [], [], 0, 0
@@ -105,8 +133,15 @@ def take(book: Book) -> List[Part]:
         group[0].append(evidence)
         group[1].append(step)
     for (key, kind, sign, _, _, _), (tensors, stamps) in groups.items():
-        parts.append((key, sign, stamps, _each(kind, tensors)))
+        rows = _stacked(tensors)
+        small = rows.numel() * rows.element_size() <= raw_bytes
+        parts.append((key, sign, stamps, Rows(kind, rows) if small else reduce_rows(kind, rows)))
     return parts
+
+
+def reduced(parts: List[Part]) -> List[Any]:
+    """The parts' values, counted where they are (1-D tensors, or host lists)."""
+    return [values.reduced() if isinstance(values, Rows) else values for _, _, _, values in parts]
 
 
 def read(values: List[Any]) -> List[List[int]]:
@@ -196,40 +231,52 @@ def new_event(device: Any) -> Any:
     return event
 
 
+Segment = List[Tuple[str, int, List[Optional[int]]]]
+
+
 class Flight:
-    """A book's evidence on its way to the host: the parts' layout, their values on the device
-    (``dev``: read by a settle point that comes before the copy lands), the host copy and the
-    event behind it."""
+    """A book's evidence on its way to the host: what each copy holds (``segments``: the parts laid
+    end to end in a vector, or one part's :class:`Rows`, counted on the host), the device tensors
+    (``dev``: read by a settle point that comes before the copies land), the host copies, the event
+    behind them, and the parts whose values were on the host already (``known``)."""
 
-    __slots__ = ("layout", "dev", "host", "event", "known")
+    __slots__ = ("segments", "dev", "host", "event", "known")
 
-    def __init__(self, layout: List[Tuple[str, int, List[Optional[int]]]], dev: Any, host_copy: Any, event: Any,
-                 known: List[Tuple[Tuple[str, int, List[Optional[int]]], List[int]]]) -> None:
-        self.layout = layout
+    def __init__(self, segments: List[Tuple[Segment, Optional[Kind]]], dev: List[Any], host_copies: List[Any],
+                 event: Any, known: List[Tuple[Tuple[str, int, List[Optional[int]]], List[int]]]) -> None:
+        self.segments = segments
         self.dev = dev
-        self.host = host_copy
+        self.host = host_copies
         self.event = event
-        self.known = known  # parts whose values were on the host already
+        self.known = known
 
     def landed(self) -> Optional[Tally]:
-        """What the flight says, once its copy has landed (else None); reads host memory only."""
+        """What the flight says, once its copies have landed (else None); reads host memory only."""
         if not self.event.query():
             return None
         try:
-            numbers = self.host.tolist()
+            numbers = [(reduce_rows(kind, copy) if kind is not None else copy).tolist()
+                       for (_, kind), copy in zip(self.segments, self.host)]
         except Exception:  # noqa: BLE001 - a host copy without values (simulated CUDA): never lands
             self.event = NEVER
             return None
         return self.tally(numbers)
 
-    def tally(self, numbers: List[Any]) -> Tally:
-        """What the flight says, given the values of ``dev`` (read by the host copy, or by a settle point)."""
-        values, start = [], 0
-        for _, _, steps in self.layout:
-            values.append(numbers[start:start + len(steps)])
-            start += len(steps)
-        layout = list(self.layout) + [part for part, _ in self.known]
-        return decode(layout, values + [numbers for _, numbers in self.known])
+    def device_values(self) -> List[Any]:
+        """The counts on the device, one 1-D tensor per copy (for a settle point's read)."""
+        return [reduce_rows(kind, dev) if kind is not None else dev for (_, kind), dev in zip(self.segments, self.dev)]
+
+    def tally(self, numbers: List[List[Any]]) -> Tally:
+        """What the flight says, given the counts of each copy (read from the host copies, or by a
+        settle point from :meth:`device_values`)."""
+        layout, values = [part for part, _ in self.known], [list(n) for _, n in self.known]
+        for (segment, _), counts in zip(self.segments, numbers):
+            start = 0
+            for key, sign, steps in segment:
+                layout.append((key, sign, steps))
+                values.append(counts[start:start + len(steps)])
+                start += len(steps)
+        return decode(layout, values)
 
 
 def holds(book: Book) -> bool:
@@ -277,26 +324,43 @@ def on_host(book: Book) -> bool:
     return True
 
 
+def _to_host(dev: Any) -> Any:
+    """A copy of ``dev`` in host memory that nothing waits for (pinned, ``non_blocking``)."""
+    import torch
+
+    if dev.device.type == "cuda":
+        copy = torch.empty(dev.shape, dtype=dev.dtype, pin_memory=True)
+        copy.copy_(dev, non_blocking=True)
+        return copy
+    return dev.clone()  # the device path of the test suite on the CPU (tmpatch.runtime.host)
+
+
 def launch(book: Book) -> None:
-    """Send the book's counts and pending evidence to the host in one non-blocking copy (the
+    """Send the book's counts and pending evidence to the host without waiting: a small group of
+    entries as it is (a stack and a copy), the rest reduced and laid end to end in one vector (the
     caller holds :data:`LOCK`)."""
     import torch
 
-    parts = take(book)
-    flying = [part for part in parts if not isinstance(part[3], list)]
+    parts = take(book, RAW_BYTES)
     known = [((key, sign, steps), values) for key, sign, steps, values in parts if isinstance(values, list)]
-    if not flying:
-        book.flight = Flight([], None, None, LANDED, known)
+    segments: List[Tuple[Segment, Optional[Kind]]] = []
+    dev: List[Any] = []
+    vector = [(key, sign, steps, values) for key, sign, steps, values in parts
+              if not isinstance(values, (list, Rows))]
+    if vector:
+        tensors = [values for _, _, _, values in vector]
+        segments.append(([(key, sign, steps) for key, sign, steps, _ in vector], None))
+        dev.append(tensors[0] if len(tensors) == 1 else torch.cat([t.long() for t in tensors]))
+    for key, sign, steps, values in parts:
+        if isinstance(values, Rows):
+            segments.append(([(key, sign, steps)], values.kind))
+            dev.append(values.rows)
+    if not dev:
+        book.flight = Flight([], [], [], LANDED, known)
         return
-    tensors = [values for _, _, _, values in flying]
-    dev = tensors[0] if len(tensors) == 1 else torch.cat([t.long() for t in tensors])
-    if dev.device.type == "cuda":
-        host_copy = torch.empty(dev.shape, dtype=dev.dtype, pin_memory=True)
-        host_copy.copy_(dev, non_blocking=True)
-    else:  # the device path of the test suite on the CPU (tmpatch.runtime.host): a copy of the host's own
-        host_copy = dev.clone()
-    event = NEVER if simulated(dev) else new_event(dev.device)  # a simulated copy holds nothing to read
-    book.flight = Flight([(key, sign, steps) for key, sign, steps, _ in flying], dev, host_copy, event, known)
+    copies = [_to_host(tensor) for tensor in dev]
+    event = NEVER if simulated(dev[0]) else new_event(dev[0].device)  # a simulated copy holds nothing to read
+    book.flight = Flight(segments, dev, copies, event, known)
 
 
 def recall(book: Book) -> None:
@@ -308,27 +372,27 @@ def recall(book: Book) -> None:
     import torch
 
     counts = book.counts
-    device = flight.dev.device if flight.dev is not None else getattr(book.ref(), "device", None)
+    device = flight.dev[0].device if flight.dev else getattr(book.ref(), "device", None)
+    amounts: Dict[str, Any] = {}
     tally = flight.landed()
     if tally is None:  # still on its way: the same sums, on the device
-        start, tally_dev = 0, {}
-        for key, sign, steps in flight.layout:
-            piece = flight.dev[start:start + len(steps)].long().sum()
-            start += len(steps)
-            tally_dev[key] = tally_dev.get(key, 0) + (piece if sign > 0 else -piece)
+        for (segment, _), values in zip(flight.segments, flight.device_values()):
+            start = 0
+            for key, sign, steps in segment:
+                piece = values[start:start + len(steps)].long().sum()
+                start += len(steps)
+                amounts[key] = amounts.get(key, 0) + (piece if sign > 0 else -piece)
         for (key, sign, _), numbers in flight.known:
-            tally_dev[key] = tally_dev.get(key, 0) + sign * sum(numbers)
-        items = list(tally_dev.items())
+            amounts[key] = amounts.get(key, 0) + sign * sum(numbers)
     else:
-        items = [(key, total) for key, (total, _, _) in tally.items()]
-    for key, amount in items:
+        amounts = {key: total for key, (total, _, _) in tally.items()}
+    for key, amount in amounts.items():
         if not isinstance(amount, torch.Tensor):
             amount = torch.full((), int(amount), dtype=torch.long, device=device)
         old = counts.get(key)
         counts[key] = amount if old is None else old + amount.to(old.device)
 
 
-
-__all__ = ["FLYING", "Flight", "LANDED", "LANDING", "NEVER", "Part", "WATCH", "Watch", "decode", "device_of",
-           "gather_traced", "holds", "launch", "new_event", "on_host", "read", "read_at_once", "recall", "simulated",
-           "take"]
+__all__ = ["FLYING", "Flight", "LANDED", "LANDING", "NEVER", "Part", "RAW_BYTES", "Rows", "Segment", "WATCH", "Watch",
+           "decode", "device_of", "gather_traced", "holds", "launch", "new_event", "on_host", "read", "read_at_once",
+           "recall", "reduce_rows", "reduced", "simulated", "take"]

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tmpatch.runtime.deferred import LOCK, Book, book_of, gather, log
 from tmpatch.runtime.deferred.giving import Tally, deliver, metrics_in
-from tmpatch.runtime.deferred.landing import Flight, decode, gather_traced, holds, read, take
+from tmpatch.runtime.deferred.landing import Flight, decode, gather_traced, holds, read, reduced, take
 
 
 def books_in(metric: Any) -> List[Book]:
@@ -145,9 +145,9 @@ def settle(metric: Any, where: str = "compute()") -> None:
     landed: List[Optional[Tally]] = [None if flight is None else flight.landed() for _, _, flight, _ in taken]
     values: List[Any] = []
     for (_, parts, flight, _), tally in zip(taken, landed):
-        values.extend(part[3] for part in parts)
+        values.extend(reduced(parts))
         if flight is not None and tally is None:
-            values.append(flight.dev if flight.dev is not None else [])
+            values.extend(flight.device_values())
     try:
         numbers = iter(read(values))  # the one device read
     except Exception:  # noqa: BLE001 - never let bookkeeping break the user's compute
@@ -158,7 +158,7 @@ def settle(metric: Any, where: str = "compute()") -> None:
         layout = [(key, sign, steps) for key, sign, steps, _ in parts]
         counted = [decode(layout, [next(numbers) for _ in parts])]
         if flight is not None:
-            counted.append(tally if tally is not None else flight.tally(next(numbers)))
+            counted.append(tally if tally is not None else flight.tally([next(numbers) for _ in flight.dev]))
         for each in counted:
             if each:
                 found.append((inner, each, all_ranks))

@@ -22,7 +22,7 @@ from tmpatch.runtime.deferred import LOCK, Book, _books, _internal, book_of, is_
 from tmpatch.runtime.deferred.endings import adopt, holder
 from tmpatch.runtime.deferred.giving import Tally, deliver, metrics_in
 from tmpatch.runtime.deferred.landing import (
-    FLYING, LANDING, WATCH, decode, device_of, launch, on_host, read, take,
+    FLYING, LANDING, WATCH, decode, device_of, launch, on_host, read, reduced, take,
 )
 
 
@@ -47,7 +47,7 @@ def _visit(book: Book, step: Optional[int], found: List[Tuple[Book, Tally]]) -> 
         device = device_of(book)
         if device is None or on_host(book):
             parts = take(book)
-            tally = decode([(k, s, st) for k, s, st, _ in parts], read([v for _, _, _, v in parts]))
+            tally = decode([(k, s, st) for k, s, st, _ in parts], read(reduced(parts)))
             if tally:
                 found.append((book, tally))
         elif book.flight is None and book.noted >= LANDING and device.type in FLYING:
