@@ -3,12 +3,14 @@ update each count came from is kept), and sent to the host without a sync.
 
 On a CUDA device a book's evidence waits until :data:`LANDING` entries have been noted since
 it last left (a counting update notes one or two), then leaves in one flight (:class:`Flight`):
-the entries reduced one by one (a stack and a reduction for all of them), copied into pinned
-host memory with ``non_blocking=True``, and a CUDA event recorded behind the copy. Nothing
-waits for the device: a later update asks the event (``query()``, which never waits) and reads
-the host copy once it has landed (``updates.py``). A settle point that comes first reads the
-flight's values on the device, in its one read. Evidence in host memory needs no flight: it is
-read at once (:func:`read_at_once`). Evidence on other devices waits for a settle point.
+each group of entries stacked, as it is where it holds at most :data:`RAW_BYTES` (counted on
+the host: :class:`Rows`; two kernels, the stack and the copy), else reduced on the device to
+one count per entry; copied into pinned host memory with ``non_blocking=True``, and a CUDA
+event recorded behind the copies. Nothing waits for the device: a later update asks the event
+(``query()``, which never waits) and reads the host copies once they have landed
+(``updates.py``). A settle point that comes first reads the flight's counts on the device, in
+its one read. Evidence in host memory needs no flight: it is read at once
+(:func:`read_at_once`). Evidence on other devices waits for a settle point.
 """
 from __future__ import annotations
 
