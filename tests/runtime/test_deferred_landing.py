@@ -130,6 +130,17 @@ def test_an_error_is_raised_from_the_first_forward_after_landing_naming_its_step
     assert len(REPORTS) == 1
 
 
+def test_a_flight_of_batches_of_several_sizes_counts_each_update(device_timing):
+    metric = Clipped()
+    batches = [torch.tensor([1.0, 2.0]), torch.tensor([1.0, -2.0, -3.0]), torch.tensor([-4.0])] * 6
+    for batch in batches[:landing.LANDING]:
+        metric.update(batch)
+    device_timing.land()
+    with pytest.warns(UserWarning, match=r"^15 negative values clipped in Clipped \(reported at update\(\) #17 "
+                                         r"\(the first of them came from update #2\)\)$"):
+        metric.update(GOOD)  # 5 updates of 2 and 5 of 1 negative value, in three groups of entries
+
+
 def test_a_settle_point_before_the_copy_lands_reads_the_flight_once(device_timing):
     metric = Clipped()
     for step in range(1, landing.LANDING + 3):

@@ -88,7 +88,7 @@ class Book:
     ``counts``."""
 
     __slots__ = ("ref", "counts", "synced", "stamp", "traced", "marked", "traced_marked", "pending", "pinned",
-                 "steps", "noted", "flight", "ghost", "__weakref__")
+                 "steps", "noted", "flight", "ghost", "at_once", "__weakref__")
 
     def __init__(self, metric: Any) -> None:
         self.ref = weakref.ref(metric)
@@ -106,6 +106,7 @@ class Book:
         self.noted = 0  # entries noted since the evidence last went to the host (landing.LANDING)
         self.flight: Any = None  # evidence on its way to the host (landing.Flight)
         self.ghost: Any = None  # what the reporters need of the metric once it is gone (landing.ghost)
+        self.at_once: Optional[bool] = None  # its evidence is read at once (host memory); None: not known yet
 
 
 #: id(metric) -> its book (metrics built while deferred_reports is applied)

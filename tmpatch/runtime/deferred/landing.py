@@ -72,10 +72,10 @@ Part = Tuple[str, int, List[Optional[int]], Any]
 
 
 def _stacked(tensors: List[Any]) -> Any:
-    """``tensors`` (one dtype, device and number of elements) as the rows of one 2-D tensor."""
+    """``tensors`` (one dtype, device and shape) as the rows of one 2-D tensor."""
     import torch
 
-    return tensors[0].reshape(1, -1) if len(tensors) == 1 else torch.stack([t.reshape(-1) for t in tensors])
+    return tensors[0].reshape(1, -1) if len(tensors) == 1 else torch.stack(tensors).reshape(len(tensors), -1)
 
 
 def reduce_rows(kind: Kind, rows: Any) -> Any:
@@ -125,20 +125,54 @@ def take(book: Book, raw_bytes: int = 0) -> List[Part]:
     pending, steps = book.pending, book.steps
     book.counts, book.pending, book.steps, book.pinned, book.noted = {}, [], [], 0, 0
     book.marked = book.traced_marked
+    if len(steps) < len(pending):
+        steps = steps + [None] * (len(pending) - len(steps))
+    if pending:
+        single = _single(pending, raw_bytes)  # the usual flight: one check, one kind of tensor
+        if single is not None:
+            key, sign, kind, rows = single
+            parts.append((key, sign, steps, Rows(kind, rows) if raw_bytes else reduce_rows(kind, rows)))
+            return parts
     groups: Dict[Tuple[Any, ...], Tuple[List[Any], List[Optional[int]]]] = {}
-    for index, (key, evidence, kind, sign) in enumerate(pending):
-        step = steps[index] if index < len(steps) else None
+    for (key, evidence, kind, sign), step in zip(pending, steps):
         if type(evidence) is int:  # a count already on the host
             parts.append((key, sign, [step], [evidence]))
             continue
-        group = groups.setdefault((key, kind, sign, evidence.dtype, evidence.device, evidence.numel()), ([], []))
+        # one device per book (a metric moved between updates: the stack below says so)
+        group = groups.get((key, kind, sign, evidence.dtype, evidence.shape))
+        if group is None:
+            group = groups[(key, kind, sign, evidence.dtype, evidence.shape)] = ([], [])
         group[0].append(evidence)
         group[1].append(step)
-    for (key, kind, sign, _, _, _), (tensors, stamps) in groups.items():
-        rows = _stacked(tensors)
+    for (key, kind, sign, _, _), (tensors, stamps) in groups.items():
+        try:
+            rows = _stacked(tensors)
+        except RuntimeError:  # on several devices: each entry alone, where it is
+            for tensor, step in zip(tensors, stamps):
+                parts.append((key, sign, [step], reduce_rows(kind, tensor.reshape(1, -1))))
+            continue
         small = rows.numel() * rows.element_size() <= raw_bytes
         parts.append((key, sign, stamps, Rows(kind, rows) if small else reduce_rows(kind, rows)))
     return parts
+
+
+def _single(pending: List[Tuple[str, Any, Kind, int]], raw_bytes: int) -> Optional[Tuple[str, int, Kind, Any]]:
+    """``(key, sign, kind, rows)`` where every entry is a tensor of one check, dtype and shape (a
+    stack of them holds at most ``raw_bytes``, unless that is 0): no grouping; None otherwise."""
+    key, first, kind, sign = pending[0]
+    if type(first) is int:
+        return None
+    dtype = first.dtype
+    for entry in pending:
+        if entry[0] != key or entry[2] is not kind or entry[3] != sign or type(entry[1]) is int \
+                or entry[1].dtype is not dtype:
+            return None
+    if raw_bytes and len(pending) * first.numel() * first.element_size() > raw_bytes:
+        return None
+    try:
+        return key, sign, kind, _stacked([entry[1] for entry in pending])
+    except RuntimeError:  # shapes or devices that differ: grouped
+        return None
 
 
 def reduced(parts: List[Part]) -> List[Any]:
@@ -257,8 +291,11 @@ class Flight:
         if not self.event.query():
             return None
         try:
-            numbers = [(reduce_rows(kind, copy) if kind is not None else copy).tolist()
-                       for (_, kind), copy in zip(self.segments, self.host)]
+            counts = [reduce_rows(kind, copy) if kind is not None else copy
+                      for (_, kind), copy in zip(self.segments, self.host)]
+            if not self.known and not any(bool(c.any()) for c in counts):
+                return {}  # the usual flight: nothing to report
+            numbers = [c.tolist() for c in counts]
         except Exception:  # noqa: BLE001 - a host copy without values (simulated CUDA): never lands
             self.event = NEVER
             return None

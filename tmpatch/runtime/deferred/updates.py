@@ -37,6 +37,8 @@ def _visit(book: Book, step: Optional[int], found: List[Tuple[Book, Tally]]) -> 
     at once, launch device evidence that is due (the caller holds :data:`LOCK`)."""
     _stamp(book, step)
     flight = book.flight
+    if flight is None and book.noted < LANDING and book.at_once is False:
+        return  # most updates on a GPU: evidence noted, nothing due
     if flight is not None:
         tally = flight.landed()
         if tally is not None:
@@ -45,7 +47,8 @@ def _visit(book: Book, step: Optional[int], found: List[Tuple[Book, Tally]]) -> 
                 found.append((book, tally))
     if book.pending or book.counts:
         device = device_of(book)
-        if device is None or on_host(book):
+        book.at_once = device is None or on_host(book)
+        if book.at_once:
             parts = take(book)
             tally = decode([(k, s, st) for k, s, st, _ in parts], read(reduced(parts)))
             if tally:
