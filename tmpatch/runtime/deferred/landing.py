@@ -96,6 +96,25 @@ def reduce_rows(kind: Kind, rows: Any) -> Any:
     return ((rows < low) | (rows >= high)).sum(1)
 
 
+def clean(kind: Kind, rows: Any) -> bool:
+    """Whether no row of ``rows`` counts anything for ``kind``: one op on the host copy (the usual
+    answer: the per-row counts are then not made)."""
+    import torch
+
+    name = kind[0]
+    if rows.numel() == 0:
+        return True
+    if name in ("any", "sum"):
+        return not bool(rows.any())
+    if name == "false":
+        return bool(rows.all())
+    low, high = kind[1], kind[2]
+    if rows.is_floating_point() or rows.dtype is torch.bool:
+        return not bool(((rows < low) | (rows >= high)).any())
+    least, most = torch.aminmax(rows)
+    return int(least) >= low and int(most) < high
+
+
 class Rows:
     """Evidence sent to the host as it is, one row per entry, and counted there (``kind``): a
     small group of entries costs a stack and a copy, no reduction on the device."""
@@ -291,11 +310,11 @@ class Flight:
         if not self.event.query():
             return None
         try:
-            counts = [reduce_rows(kind, copy) if kind is not None else copy
-                      for (_, kind), copy in zip(self.segments, self.host)]
-            if not self.known and not any(bool(c.any()) for c in counts):
+            if not self.known and all(clean(kind, copy) if kind is not None else not bool(copy.any())
+                                      for (_, kind), copy in zip(self.segments, self.host)):
                 return {}  # the usual flight: nothing to report
-            numbers = [c.tolist() for c in counts]
+            numbers = [(reduce_rows(kind, copy) if kind is not None else copy).tolist()
+                       for (_, kind), copy in zip(self.segments, self.host)]
         except Exception:  # noqa: BLE001 - a host copy without values (simulated CUDA): never lands
             self.event = NEVER
             return None
@@ -433,5 +452,5 @@ def recall(book: Book) -> None:
 
 
 __all__ = ["FLYING", "Flight", "LANDED", "LANDING", "NEVER", "Part", "RAW_BYTES", "Rows", "Segment", "WATCH", "Watch",
-           "decode", "device_of", "gather_traced", "holds", "launch", "new_event", "on_host", "read", "read_at_once",
+           "clean", "decode", "device_of", "gather_traced", "holds", "launch", "new_event", "on_host", "read", "read_at_once",
            "recall", "reduce_rows", "reduced", "simulated", "take"]
