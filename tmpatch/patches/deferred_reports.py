@@ -90,12 +90,16 @@ def _build_forward(module: ModuleType) -> Callable[..., Any]:
         before: Optional[List[Tuple[deferred.Book, Dict[str, Any]]]] = None
         if _full_state(self):
             before = [(book, dict(book.counts)) for book in deferred.books_in(self)]
+        tracing = compiling()
+        marked = None if tracing else deferred.marks(self)
         with deferred.scope():
             result = original(self, *args, **kwargs)
         if before:
             for book, counts in before:
                 deferred.count_once(book, counts)
-        if not compiling() and watch.on:  # what has reached the host: reported from this forward()
+        if marked:  # what its updates noted came from this forward() (torchmetrics reset the count inside)
+            deferred.restamp(marked, self.__dict__.get("_update_count") or None)
+        if not tracing and watch.on:  # what has reached the host: reported from this forward()
             deferred.after_update(self, "forward()")
         return result
 
@@ -108,8 +112,8 @@ def _update_names(module: ModuleType) -> Dict[str, Any]:
 
 
 #: ``Metric._wrap_update``'s ``wrapped_func``, at its end (the batch is in the states): what has reached
-#: the host is reported from this ``update()`` (:func:`deferred.after_update`); an attribute read and a
-#: call of torch's check while no book holds anything; nothing while torch.compile traces
+#: the host is reported from this ``update()`` (:func:`deferred.after_update`); a call of torch's check
+#: and an attribute read while no book has anything due; nothing while torch.compile traces
 AFTER_UPDATE = Rewrite(
     (Edit("if self.compute_on_cpu:\n    ...\n",
           "if self.compute_on_cpu:\n"
@@ -260,9 +264,13 @@ def _running(call: str) -> Callable[[ModuleType], Callable[..., Any]]:
         watch = deferred.WATCH
 
         def method(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+            tracing = compiling()
+            marked = None if tracing else deferred.marks(self)
             with deferred.scope():
                 result = original(self, *args, **kwargs)
-            if not compiling() and watch.on:
+            if marked:  # the base metric's count is not the wrapper's (it resets it): not known
+                deferred.restamp(marked, self.__dict__.get("_update_count") or None)
+            if not tracing and watch.on:
                 deferred.after_update(self, call)
             return result
 

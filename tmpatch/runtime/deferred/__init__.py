@@ -302,14 +302,19 @@ class Record:
             return False
         with LOCK:
             book.pending.append((self.key, evidence, kind, sign))
+            # the update it came from (a forward()'s are stamped again after it: updates.restamp)
+            book.steps.append(getattr(metric, "__dict__", _EMPTY).get("_update_count") or None)
             book.marked = True
             book.noted += 1
             if book.ghost is None:
                 book.ghost = ghost(metric)
-            if book not in WATCH.books:
-                WATCH.watch(book)
             if type(evidence) is not int:
                 book.pinned += evidence.numel() * evidence.element_size()
+                book.at_once = landing.read_at_once(evidence)
+            else:
+                book.at_once = True  # a count on the host already
+            if (book.at_once or book.noted >= landing.LANDING) and book not in WATCH.books:
+                WATCH.watch(book)  # the next update looks at it
             if len(book.pending) >= PENDING_ENTRIES or book.pinned >= PENDING_BYTES:
                 _fold(book)
         return True
@@ -331,6 +336,8 @@ def outside(low: int, high: int) -> Kind:
     """The number of elements outside ``[low, high)`` (integer tensors: codes, classes)."""
     return ("outside", low, high)
 
+
+_EMPTY: Dict[str, Any] = {}
 
 #: a book folds its pending evidence when it holds this many entries, or this many bytes of
 #: tensors (kept alive until then: device memory a metric holds beyond its states); each fold
@@ -429,9 +436,10 @@ def pending_books() -> List[Tuple[Any, Book]]:
 # the report's giving, the evidence's way to the host, the reports after an update and where a metric or the
 # process goes, the pending reports across revert() and the report at a settle point, in modules of their own
 from tmpatch.runtime.deferred.giving import point  # noqa: E402
+from tmpatch.runtime.deferred import landing  # noqa: E402
 from tmpatch.runtime.deferred.landing import LANDING, WATCH, recall  # noqa: E402
 from tmpatch.runtime.deferred.endings import armed, collected, ghost  # noqa: E402
-from tmpatch.runtime.deferred.updates import after_update  # noqa: E402
+from tmpatch.runtime.deferred.updates import after_update, marks, restamp  # noqa: E402
 from tmpatch.runtime.deferred.revert import detach, forward_step  # noqa: E402
 from tmpatch.runtime.deferred.settling import (  # noqa: E402
     books_in, clear, count_once, enclosing, pending, settle, start_compute,
@@ -440,5 +448,5 @@ from tmpatch.runtime.deferred.settling import (  # noqa: E402
 __all__ = ["ANY", "AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "FALSE", "Kind", "LANDING", "PENDING_BYTES",
            "PENDING_ENTRIES", "Record", "SUM", "WATCH", "after_update", "armed", "attach", "book_of", "books_in", "clear",
            "collected", "count_once", "detach", "enclosing", "forward_step", "gather", "ghost", "internal", "is_live",
-           "local_records", "mirror", "moved", "open_book", "outside", "pending", "pending_books", "point", "recall",
-           "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant", "went_live"]
+           "landing", "local_records", "marks", "mirror", "moved", "open_book", "outside", "pending", "pending_books",
+           "point", "recall", "restamp", "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant", "went_live"]

@@ -27,7 +27,7 @@ LANDING = 16
 
 
 class Watch:
-    """The books holding evidence that the update hook (``updates.py``) has to look at, and the
+    """The books with something due that the update hook (``updates.py``) has to look at, and the
     books of collected metrics whose report waits for a moment a read can be made
     (``endings.py``); ``on``: there are some (read by every update: an attribute, not a length)."""
 

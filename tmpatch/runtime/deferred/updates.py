@@ -1,6 +1,7 @@
 """The report that comes without a ``compute()``: after the user's ``update()`` or
 ``forward()`` (:func:`after_update`, called at the end of the release's ``wrapped_func`` and of
-``forward()``, while some book holds evidence: :data:`landing.WATCH`).
+``forward()`` while some book has something due: :data:`landing.WATCH`; an update that only
+notes evidence on a GPU calls nothing).
 
 * Evidence in host memory (a CPU metric) is read at once (no sync involved) and reported from
   that same call, its batch already in the states.
@@ -25,20 +26,37 @@ from tmpatch.runtime.deferred import landing
 from tmpatch.runtime.deferred.landing import FLYING, WATCH, decode, device_of, launch, on_host, read, reduced, take
 
 
-def _stamp(book: Book, step: Optional[int]) -> None:
-    missing = len(book.pending) - len(book.steps)
-    if missing > 0:
-        book.steps.extend([step] * missing)
+def due(book: Book) -> bool:
+    """Whether the next update must look at ``book``: its evidence is in host memory (read at
+    once), enough has been noted to send it, or a flight is in the air."""
+    return book.flight is not None or (book.noted >= landing.LANDING) or \
+        bool(book.at_once and (book.pending or book.counts))
+
+
+def restamp(books: List[Tuple[Book, int]], step: Optional[int]) -> None:
+    """After a ``forward()`` (or a wrapper's call): the entries its updates noted (after each
+    book's ``len(steps)`` before it) belong to the user's call ``step`` (inside, torchmetrics
+    resets the count)."""
+    with LOCK:
+        for book, start in books:
+            steps = book.steps
+            for index in range(start, len(steps)):
+                steps[index] = step
+
+
+def marks(metric: Any) -> List[Tuple[Book, int]]:
+    """The books of ``metric`` and of the metrics inside it, with how many entries they hold (for
+    :func:`restamp`); empty for a metric without one (one lookup)."""
+    if not metric.__dict__.get("_modules"):
+        book = _books.get(id(metric))
+        return [] if book is None or book.ref() is not metric else [(book, len(book.steps))]
+    return [(book, len(book.steps)) for book in (book_of(inner) for inner in metrics_in(metric)) if book is not None]
 
 
 def _visit(book: Book, step: Optional[int], found: List[Tuple[Book, Tally]]) -> None:
-    """One book after an update: stamp its new entries, take a landed flight, read host evidence
-    at once, launch device evidence that is due (the caller holds :data:`LOCK`)."""
-    _stamp(book, step)
+    """One book after an update: take a landed flight, read host evidence at once, launch device
+    evidence that is due (the caller holds :data:`LOCK`)."""
     flight = book.flight
-    due = landing.LANDING  # read here: a benchmark may try another
-    if flight is None and book.noted < due and book.at_once is False:
-        return  # most updates on a GPU: evidence noted, nothing due
     if flight is not None:
         tally = flight.landed()
         if tally is not None:
@@ -53,16 +71,17 @@ def _visit(book: Book, step: Optional[int], found: List[Tuple[Book, Tally]]) -> 
             tally = decode([(k, s, st) for k, s, st, _ in parts], read(reduced(parts)))
             if tally:
                 found.append((book, tally))
-        elif book.flight is None and book.noted >= due and device.type in FLYING:
+        elif book.flight is None and book.noted >= landing.LANDING and device.type in FLYING:
             launch(book)
-    if book.flight is None and not book.pending and not book.counts:
+    if not due(book):
         WATCH.drop(book)
 
 
 def after_update(metric: Any, call: str = "update()") -> None:
-    """After the user's ``update()`` (``call``: or ``forward()``) of ``metric``: report what has
-    reached the host of its books (and of the metrics inside it), send what is due. Raises the
-    release's error, or warns, from this call. Nothing inside torchmetrics' own calls."""
+    """After the user's ``update()`` (``call``: or ``forward()``) of ``metric``, while some book has
+    something due: report what has reached the host of its books (and of the metrics inside it),
+    send what is due. Raises the release's error, or warns, from this call. Nothing inside
+    torchmetrics' own calls, nor once the patch is reverted."""
     if _internal.get() or not is_live():  # torchmetrics' own call, or the patch is reverted
         return
     if WATCH.orphans:  # books of metrics collected at a moment no read could be made
@@ -78,8 +97,7 @@ def after_update(metric: Any, call: str = "update()") -> None:
         books = [book]
     if not books:
         return
-    # the metric's update count names the update (Running.forward leaves its own at 0: not known)
-    step = namespace.get("_update_count") or None
+    step = namespace.get("_update_count") or None  # names the update (Running.forward leaves its own at 0)
     found: List[Tuple[Book, Tally]] = []
     with LOCK:
         for book in books:
@@ -89,4 +107,4 @@ def after_update(metric: Any, call: str = "update()") -> None:
                 call if step is None else f"{call} #{step}", step)
 
 
-__all__ = ["after_update"]
+__all__ = ["after_update", "due", "marks", "restamp"]
