@@ -7,7 +7,7 @@ later instead, exactly once, without a read of their own (:mod:`tmpatch.runtime.
 * ``Metric._wrap_update`` (an edit of its ``wrapped_func``, at its end), ``Metric.forward``
   and ``Running.update``/``Running.forward``: after the user's call, what has reached the
   host is reported from it (:func:`deferred.after_update`: on the CPU at once, on a GPU
-  once a non-blocking copy has landed); an attribute read while no book holds anything;
+  once a non-blocking copy has landed); an attribute read while no book has anything due;
 * ``Metric._wrap_compute`` (and the unwrapping overrides of ``WrapperMetric``, 1.1.0+,
   and ``CompositionalMetric``): a metric built while this patch is applied gets a book
   and, around its own compute, a layer that reports and clears the books of the metric
