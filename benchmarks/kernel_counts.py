@@ -3,6 +3,7 @@ on a machine without a GPU, for the host time that paces a launch-bound GPU step
 
     PYTHONPATH=.matrix/1.9.0:. python benchmarks/kernel_counts.py
     PYTHONPATH=.matrix/1.9.0:. python benchmarks/kernel_counts.py --gpu-times benchmarks/gpu/calibration-1.9.0.txt
+    PYTHONPATH=.matrix/1.9.0:. python benchmarks/kernel_counts.py --updates 64   # the mean over 64 updates
 
 Each row's calls run twice on simulated CUDA tensors (tmpatch.audit's simulation; the first
 run warms up), and the ATen ops of the second run that would launch work on the device are
@@ -17,17 +18,21 @@ real GPU (``bincount``: two reductions, two copies to the host, a fill and the c
 out-of-place ``put``: a copy and the count). On an H200 with torch 2.11 the real time per
 ``update()`` (launch-bound: small inputs) grew with the kernel count: ``--gpu-times`` reads a
 calibration report (``python -m tmpatch.audit.calibrate``) and prints its patched/unpatched
-ratio beside the count's.
+ratio beside the count's. ``--updates N``: the mean over N calls, which counts what a patched
+update does only every so often (a deferred report's evidence sent to the host every
+``tmpatch.runtime.deferred.landing.LANDING`` entries, in a stack, a reduction and a copy).
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import re
 import statistics
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+from unittest import mock
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -62,8 +67,9 @@ class _Kernels(TorchDispatchMode):
         return out
 
 
-def count_row(row: Any, patched: bool) -> Optional[collections.Counter]:
-    """The kernels of one row's second ``update()`` (None: the row cannot run here)."""
+def count_row(row: Any, patched: bool, updates: int = 1) -> Optional[collections.Counter]:
+    """The kernels of one row's second ``update()`` (None: the row cannot run here); with
+    ``updates`` > 1, of that many calls after the first (divide by ``updates`` for the mean)."""
     import tmpatch
     from tmpatch.audit.modes import deterministic
     from tmpatch.audit.oracle.sim import simulated_cuda
@@ -73,7 +79,7 @@ def count_row(row: Any, patched: bool) -> Optional[collections.Counter]:
         tmpatch.apply()
     try:
         calls = row.build()
-        with deterministic(row.deterministic), simulated_cuda(row.device) as sim:
+        with deterministic(row.deterministic), simulated_cuda(row.device) as sim, _landing_at_once(updates > 1):
             moved = [(sim.put(t) if isinstance(t, torch.nn.Module) else t, sim.put(a), sim.put(k)) for t, a, k in calls]
 
             def run() -> None:
@@ -82,13 +88,32 @@ def count_row(row: Any, patched: bool) -> Optional[collections.Counter]:
 
             run()
             with _Kernels() as counter:
-                run()
+                for _ in range(updates):
+                    run()
         return counter.ops
     except Exception as exc:  # noqa: BLE001 - a row that cannot run is listed as such
         print(f"  {row.name}: {type(exc).__name__}: {str(exc)[:80]}", file=sys.stderr)
         return None
     finally:
         tmpatch.revert()
+
+
+@contextlib.contextmanager
+def _landing_at_once(on: bool) -> Iterator[None]:
+    """Over many updates: each copy of a deferred report's evidence to the host lands before the next
+    update (a GPU that keeps up), so that a flight leaves every ``LANDING`` entries, as it would there
+    (on simulated CUDA a copy never lands: the next flight would wait, and the evidence pile up)."""
+    landing = None
+    if on:
+        try:
+            from tmpatch.runtime.deferred import landing
+        except ImportError:  # a tmpatch without flights
+            landing = None
+    if landing is None:
+        yield
+        return
+    with mock.patch.object(landing.Flight, "landed", lambda flight: {}):  # landed, and a simulated copy says nothing
+        yield
 
 
 def gpu_times(path: str) -> Dict[str, float]:
@@ -107,6 +132,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--gpu-times", metavar="FILE", help="a calibration report with real times per update()")
     parser.add_argument("--row", action="append", help="only rows whose name contains this (repeatable)")
+    parser.add_argument("--updates", type=int, default=1, metavar="N",
+                        help="the mean over N calls after the first (with N > 1 each copy of a deferred report's "
+                             "evidence to the host lands before the next call, as on a GPU that keeps up)")
     args = parser.parse_args(argv)
 
     import torchmetrics
@@ -116,8 +144,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     from tmpatch.audit.panel.rows import _resolve
 
     times = gpu_times(args.gpu_times) if args.gpu_times else {}
+    which = "second call" if args.updates == 1 else f"mean of calls 2 to {args.updates + 1}"
     print(f"kernel_counts: torch {torch.__version__}, torchmetrics {torchmetrics.__version__}; kernels per update() "
-          f"(second call) on simulated CUDA; tmpatch from {os.path.dirname(os.path.dirname(tmpatch.__file__))}")
+          f"({which}) on simulated CUDA; tmpatch from {os.path.dirname(os.path.dirname(tmpatch.__file__))}")
     head = f"{'row':<62} {'unpatched':>9} {'patched':>8} {'ratio':>6}" + (f" {'GPU time ratio':>15}" if times else "")
     print("\n" + head)
     pairs: List[Tuple[float, float]] = []
@@ -129,12 +158,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 _resolve(name)
         except (ImportError, AttributeError):
             continue
-        before, after = count_row(row, False), count_row(row, True)
+        before, after = count_row(row, False, args.updates), count_row(row, True, args.updates)
         if before is None or after is None:
             continue
-        u, p = sum(before.values()), sum(after.values())
+        u, p = sum(before.values()) / args.updates, sum(after.values()) / args.updates
         ratio = p / u if u else float("nan")
-        line = f"{row.name[:62]:<62} {u:>9} {p:>8} {ratio:>6.2f}"
+        cells = f"{u:>9g} {p:>8g}" if args.updates == 1 else f"{u:>9.2f} {p:>8.2f}"
+        line = f"{row.name[:62]:<62} {cells} {ratio:>6.2f}"
         if row.name in times:
             line += f" {times[row.name]:>15.2f}"
             if u:

@@ -15,7 +15,8 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 import tmpatch
-from tmpatch.runtime import host
+from tmpatch.runtime import deferred, host
+from tmpatch.runtime.deferred import landing as deferred_landing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -132,6 +133,78 @@ def _reverted():
     yield
     tmpatch.revert()
     cpu_shortcuts(True)
+
+
+class Landing:
+    """A device's timing played on the CPU (tmpatch.runtime.deferred.landing): evidence is not
+    read at once but goes to the host in flights, whose copies land when :meth:`land` says."""
+
+    class Event:
+        def __init__(self) -> None:
+            self.done = False
+
+        def query(self) -> bool:
+            return self.done
+
+    def __init__(self) -> None:
+        self.events: List["Landing.Event"] = []
+
+    def new_event(self, device) -> "Landing.Event":
+        event = Landing.Event()
+        self.events.append(event)
+        return event
+
+    def land(self) -> int:
+        """Every copy made so far has landed; how many there were."""
+        for event in self.events:
+            event.done = True
+        return len(self.events)
+
+
+def _forget_reports() -> None:
+    """Empty every book without a report: what a test left pending is not given in a later one."""
+    for book in list(deferred._books.values()):
+        book.pending, book.steps, book.counts, book.synced, book.flight = [], [], {}, None, None
+        book.pinned = book.noted = 0
+        book.marked = book.traced_marked
+    deferred.WATCH.clear()
+
+
+@pytest.fixture
+def device_timing(monkeypatch):
+    """Reports come as on a GPU: the patches take their device paths (every counting update notes
+    its evidence), which flies to the host every ``LANDING`` entries and is reported at the first
+    update after its copy lands (:meth:`Landing.land`)."""
+    cpu_shortcuts(False)
+    landing = Landing()
+    monkeypatch.setattr(deferred_landing, "read_at_once", lambda tensor: False)
+    monkeypatch.setattr(deferred_landing, "new_event", landing.new_event)
+    yield landing
+    _forget_reports()
+
+
+def _never_read(tensor) -> bool:
+    return False
+
+
+def _never_lands(device):
+    return deferred_landing.NEVER
+
+
+def hold_reports() -> None:
+    """For the rest of the process (a child's, a DDP rank's): reports wait for a settle point,
+    as on a GPU whose copy has not landed (:func:`held_reports`)."""
+    deferred_landing.read_at_once, deferred_landing.new_event = _never_read, _never_lands
+
+
+@pytest.fixture
+def held_reports(monkeypatch):
+    """Reports wait for a settle point (``compute()``, ``reset()``, ...), as on a GPU whose copy
+    has not landed yet: the timing the tests of the settle points are written for."""
+    monkeypatch.setattr(deferred_landing, "read_at_once", _never_read)
+    monkeypatch.setattr(deferred_landing, "new_event", _never_lands)
+    yield
+    _forget_reports()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -37,6 +37,8 @@ AUDIT_FLOOR = "tmpatch audit checks torch's version before it imports the simula
 ALONE = "tmpatch/engine/fingerprint.py also runs as a file, without its package (tests, in other Pythons)"
 METADATA = "importlib.metadata costs about 10 ms: read when a release's version is asked"
 FREE_THREADED = "free-threaded builds exist from Python 3.13 on: sysconfig (about 2 ms) is asked there alone"
+MULTIPROCESSING = ("multiprocessing.util costs about 40 ms where torch has not loaded it: imported when the first "
+                   "metric gets a book of deferred reports (torch has loaded it then), for the exit hooks")
 
 #: (module, function, module imported inside it) -> reason; torch, torchmetrics and other
 #: third-party imports are not listed (the design's rule for them: tests/control/test_api.py
@@ -74,6 +76,7 @@ LAZY_IMPORTS = {
     ("tmpatch.audit.oracle.breaks", "graph_breaks", "tmpatch.audit.oracle.sim"): AUDIT_FLOOR,
     ("tmpatch.engine.fingerprint", "fingerprint", "tmpatch.engine.cache"): ALONE,
     ("tmpatch.patches", "release", "importlib.metadata"): METADATA,
+    ("tmpatch.runtime.deferred.endings", "armed", "multiprocessing.util"): MULTIPROCESSING,
 }
 
 

@@ -116,9 +116,25 @@ def test_bincounts_text_names_where_upstream_counts_an_invalid_class_silently():
 
 def test_the_deferred_reports_settle_points_and_their_cost_are_told():
     text = _flat(_read("docs", "guide", "deferred.rst"))
-    text = text.split("Deferred checks: one read per ``compute()``", 1)[1].split("Which patches defer what", 1)[0]
-    for point in ("``reset()``", "``state_dict()``", "pickling", "``merge_state()``", "``sync()``", "one device read"):
+    text = text.split("When a report comes", 1)[1].split("Which patches defer what", 1)[0]
+    for point in ("``reset()``", "``state_dict()``", "pickling", "``merge_state()``", "``sync()``", "reads the device once"):
         assert point in text, point
+
+
+def test_when_a_report_comes_without_a_compute_is_told():
+    """The update that gives it on the CPU and on a GPU (the lag, its cost, no sync), where the metric
+    or the process goes, forked children, and what a per-batch try/except around update() now catches."""
+    from tmpatch.runtime.deferred import landing
+
+    text = _flat(_read("docs", "guide", "deferred.rst"))
+    for words in ("**On the CPU**, from the ``update()``/``forward()`` that saw the condition",
+                  f"at most {landing.LANDING} counting updates after the first one it concerns",
+                  "No sync is added", "when the metric is garbage-collected", "when the process exits",
+                  "a ``multiprocessing`` child ends", "A forked child starts with nothing pending",
+                  "Skipping a bad batch", "on a GPU from a later ``update()``", "make the checks eager"):
+        assert words in text, words
+    readme = _flat(_read("README.rst"))
+    assert f"at most {landing.LANDING} counting updates later on a GPU" in readme
 
 
 def _user_text():

@@ -94,7 +94,7 @@ PYTHONS: Dict[str, str] = {"2.15.0": "3.13", "2.5.1": "3.12"}
 EVERY_RELEASE: Tuple[str, ...] = (
     "tests/control/test_api.py", "tests/control/test_adversarial.py", "tests/runtime/test_deferred.py",
     "tests/test_kernel_counts.py", "tests/patches/test_deferred_reports.py", "tests/runtime/test_device_tensors.py",
-    "tests/distributed",
+    "tests/distributed", "tests/runtime/test_deferred_landing.py", "tests/patches/test_deferred_timing.py",
 )
 #: a patch's tests: ``tests/patches/test_<patch>*.py`` and ``tests/patches/<patch>/``, and these
 TESTS_OF: Dict[str, Tuple[str, ...]] = {
@@ -106,6 +106,7 @@ TESTS_OF: Dict[str, Tuple[str, ...]] = {
 #: deferred reports and the pytest plugin's fixtures; not the import-hook, environment and
 #: packaging machinery, which torch does not touch (they run with the newest torch)
 TORCH_TESTS: Tuple[str, ...] = ("tests/audit", "tests/patches", "tests/distributed", "tests/runtime/test_deferred.py",
+                                "tests/runtime/test_deferred_landing.py",
                                 "tests/runtime/test_device_tensors.py",
                                 "tests/test_pytest_plugin.py")
 

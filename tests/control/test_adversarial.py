@@ -420,6 +420,7 @@ JOURNEYS = {
 }
 
 
+@pytest.mark.usefixtures("held_reports")  # the error still pending, as on a GPU before its copy lands
 @pytest.mark.parametrize("journey", sorted(JOURNEYS))
 @pytest.mark.parametrize("case", sorted(BAD_BATCHES))
 def test_a_bad_batch_never_leaves_the_metric_without_its_error(case, journey):

@@ -34,6 +34,11 @@ from torchmetrics.classification import (
 from torchmetrics import wrappers
 from torchmetrics.wrappers import BootStrapper, ClasswiseWrapper, MetricTracker, MinMaxMetric, MultioutputWrapper
 
+#: reports wait for a settle point here, as on a GPU before the evidence's copy lands (reports at a
+#: later update, at the metric's collection and at exit: tests/runtime/test_deferred_landing.py and
+#: test_deferred_timing.py)
+pytestmark = pytest.mark.usefixtures("held_reports")
+
 #: 1.0.0+
 MultitaskWrapper = getattr(wrappers, "MultitaskWrapper", None)
 Running = getattr(wrappers, "Running", None)

@@ -7,7 +7,8 @@ MulticlassConfusionMatrix, unpatched and then with every patch applied, in ``upd
 ``compute()``, ``sync()``/``unsync()`` and ``forward()`` with ``dist_sync_on_step=True``:
 the counts are the same. A NaN (and an invalid class) seen on one rank is reported on
 that rank, after the release's compute and sync finished on every rank (none waits in a
-collective), and the job goes on; a sync() by hand reports after its collectives (on every
+collective), and the job goes on (the reports wait for compute() here, as on a GPU before
+their evidence reaches the host: a report given at an update comes on its rank, as upstream's); a sync() by hand reports after its collectives (on every
 rank with coalesced_sync). A job where rank 0 is patched and the others are not runs to the end
 with the values of an unpatched job.
 
@@ -181,7 +182,9 @@ def run_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> None
     import torch.distributed as dist
 
     import tmpatch
+    from tests.conftest import hold_reports
 
+    hold_reports()  # the reports wait for compute() or sync(), as on a GPU before the copy lands
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=60))

@@ -125,6 +125,7 @@ def test_states_equal_the_releases_and_the_device_path_runs(metric, monkeypatch)
 
 
 # -- reports at compute -------------------------------------------------------------------------
+@pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
 @pytest.mark.parametrize("shortcuts", [True, False])
 def test_errors_are_the_releases_at_the_next_compute_once(shortcuts):
     good = (_masks(2, 1, 2, 8, 0.4), _masks(3, 1, 2, 8, 0.4))

@@ -134,6 +134,7 @@ def test_states_and_results_equal_the_releases(cases):
 
 
 # -- more groups than num_groups ---------------------------------------------------------------------
+@pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
 @pytest.mark.parametrize("shortcuts", [True, False])
 def test_more_groups_than_num_groups_leaves_the_releases_states_and_raises_at_compute_once(shortcuts):
     preds = torch.tensor([0.9, 0.1, 0.8, 0.3, 0.7, 0.6])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import pickle
 import warnings
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -37,8 +37,11 @@ ERROR_TEXT = f"{SPELLING} `nan` values in tensor"
 WARN_TEXT = f"{SPELLING} `nan` values in tensor. Will be removed."
 
 
-def _deferred(text: str, name: str, updates: int, where: str = "compute()") -> str:
-    """The deferred report: the release's text, then what tmpatch adds."""
+def _deferred(text: str, name: str, updates: int, where: str = "compute()", first: Optional[int] = None) -> str:
+    """The deferred report: the release's text, then what tmpatch adds (``first``: the update the
+    first NaN came from, where the report names it)."""
+    if first is not None:
+        where = f"{where} (the first of them came from update #{first})"
     return (f"{text} (tmpatch nan_check: {name} saw NaN in {updates} update(s) since the last report; "
             f"reported at {where}; TMPATCH_NAN_CHECK=eager reports in update())")
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64]
@@ -145,22 +148,25 @@ def _reference(kind: str, strategy, updates) -> np.ndarray:
         return v
 
 
-def _release_reports(kind: str, updates) -> int:
+def _release_reports(kind: str, updates) -> Tuple[int, Optional[int]]:
     """How many of ``updates`` the release itself (unpatched, ``nan_strategy="warn"``) reports
-    NaN for. Which NaN counts differs by release: 1.0.0 checks a Mean's weight on its own, so a
-    NaN weight of an empty value is reported there and nowhere later."""
+    NaN for, and the first of them (1 for the first update). Which NaN counts differs by release:
+    1.0.0 checks a Mean's weight on its own, so a NaN weight of an empty value is reported there
+    and nowhere later."""
     tmpatch.revert()  # an earlier example of the same test may have applied it
     metric = KINDS[kind](nan_strategy="warn")
-    count = 0
-    for args in _clone(updates):
+    count, first = 0, None
+    for index, args in enumerate(_clone(updates), 1):
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             try:
                 metric.update(*args)
             except RuntimeError:  # 1.0.0: a scalar value with a NaN weight, filtered to nothing, fails
                 pass  # to broadcast after the warning (tmpatch removes the element: documented)
-        count += any(SPELLING in str(w.message) for w in seen)
-    return count
+        if any(SPELLING in str(w.message) for w in seen):
+            count += 1
+            first = index if first is None else first
+    return count, first
 
 
 # -- results ------------------------------------------------------------------------
@@ -275,13 +281,14 @@ def test_the_cpu_shortcut_gives_the_device_paths_tensors(data):
             assert_bitwise(a, b)
 
 
+@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_nan_results_follow_the_documented_semantics(data):
     kind = data.draw(st.sampled_from(sorted(KINDS)))
     strategy = data.draw(st.sampled_from(["warn", "ignore", "error", 0.0, 2.5]))
     updates = data.draw(_updates(kind, with_nan=True))
-    count = _release_reports(kind, updates)  # what the release reports, before tmpatch is applied
+    count, first = _release_reports(kind, updates)  # what the release reports, before tmpatch is applied
     seen = count > 0
     _apply()
     before = _clone(updates)
@@ -299,7 +306,8 @@ def test_nan_results_follow_the_documented_semantics(data):
                 metric.compute()
         result = metric.compute()  # after an error the state is clean and compute() carries on
     reported = [str(w.message) for w in at_compute if SPELLING in str(w.message)]
-    assert reported == ([_deferred(WARN_TEXT, KINDS[kind].__name__, count)] if strategy == "warn" and seen else [])
+    assert reported == ([_deferred(WARN_TEXT, KINDS[kind].__name__, count, first=first)]
+                        if strategy == "warn" and seen else [])
     expected = _reference(kind, strategy, updates)
     if isinstance(result, list):  # CatMetric with nothing kept: the empty state
         result = torch.cat(result) if result else torch.zeros(0)
@@ -314,14 +322,14 @@ def test_a_nan_weight_of_an_empty_value_is_reported_as_the_release_does(weight):
     """Found by hypothesis: 1.0.0 reports it (the weight is checked on its own), later releases do
     not (the weight is broadcast to the value first)."""
     updates = [(torch.tensor([], dtype=torch.float16), weight)]
-    expected = _release_reports("mean", updates)
+    expected, _ = _release_reports("mean", updates)
     _apply()
     metric = MeanMetric(nan_strategy="warn")
-    metric.update(*_clone(updates)[0])
-    with warnings.catch_warnings(record=True) as at_compute:
+    with warnings.catch_warnings(record=True) as reported:  # at the update on the CPU, at compute on a GPU
         warnings.simplefilter("always")
+        metric.update(*_clone(updates)[0])
         metric.compute()
-    assert len([w for w in at_compute if SPELLING in str(w.message)]) == expected
+    assert len([w for w in reported if SPELLING in str(w.message)]) == expected
 
 
 @pytest.mark.parametrize("kind", ["mean", "sum", "max"])
@@ -568,6 +576,7 @@ def _messages(records) -> List[str]:
     return [str(w.message) for w in records if SPELLING in str(w.message)]
 
 
+@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
 def test_warn_once_per_compute_then_afresh():
     _apply()
     metric = MeanMetric(nan_strategy="warn")
@@ -577,19 +586,20 @@ def test_warn_once_per_compute_then_afresh():
         metric.update(torch.tensor([NAN, 3.0]))
         assert _messages(seen) == []
         assert float(metric.compute()) == 2.0
-        assert _messages(seen) == [_deferred(WARN_TEXT, "MeanMetric", 2)]
+        assert _messages(seen) == [_deferred(WARN_TEXT, "MeanMetric", 2, first=1)]
         metric.compute()  # cached: nothing new
         metric.update(torch.tensor([5.0]))
         metric.compute()  # the record started afresh
         assert len(_messages(seen)) == 1
         metric.update(torch.tensor([NAN]))
         metric.reset()  # the NaN batch is dropped: its warning comes there, once
-        assert _messages(seen)[1:] == [_deferred(WARN_TEXT, "MeanMetric", 1, "reset()")]
+        assert _messages(seen)[1:] == [_deferred(WARN_TEXT, "MeanMetric", 1, "reset()", first=4)]
         metric.update(torch.tensor([1.0]))
         metric.compute()
         assert len(_messages(seen)) == 2
 
 
+@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
 @pytest.mark.parametrize("cls", [SumMetric, MeanMetric, MaxMetric, MinMetric, CatMetric])
 def test_forward_never_reports_compute_does(cls):
     _apply()
@@ -599,11 +609,13 @@ def test_forward_never_reports_compute_does(cls):
     metric(torch.tensor([4.0]))
     with pytest.raises(RuntimeError) as raised:
         metric.compute()
-    assert str(raised.value) == _deferred(ERROR_TEXT, cls.__name__, 1)  # forward's two updates count once
+    # forward's two updates count once (a full-state forward's count says nothing of which update it was)
+    assert str(raised.value) == _deferred(ERROR_TEXT, cls.__name__, 1, first=None if cls.full_state_update else 1)
     clean = metric.compute()
     assert not torch.isnan(clean).any()
 
 
+@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
 @pytest.mark.skipif(not RUNNING, reason="RunningMean and RunningSum from 1.0.0")
 @pytest.mark.parametrize("cls", RUNNING, ids=lambda c: c.__name__)
 def test_running_wrappers(cls):
@@ -702,6 +714,7 @@ def test_unknown_subclasses_keep_the_release_code():
         assert float(metric.compute()) == (6.0 if isinstance(metric, Product) else 5.0)
 
 
+@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
 def test_the_pending_report_is_no_metric_state_and_goes_before_its_data():
     _apply()
     metric = MeanMetric(nan_strategy="error")
@@ -709,19 +722,20 @@ def test_the_pending_report_is_no_metric_state_and_goes_before_its_data():
     metric.persistent(True)
     with pytest.raises(RuntimeError) as raised:  # the data would leave in the state_dict: reported first
         metric.state_dict()
-    assert str(raised.value) == _deferred(ERROR_TEXT, "MeanMetric", 1, "state_dict()")
+    assert str(raised.value) == _deferred(ERROR_TEXT, "MeanMetric", 1, "state_dict()", first=1)
     assert sorted(metric.state_dict()) == sorted(metric._defaults) == sorted(name for name in vars(metric)["_defaults"]
                                                                            if not name.startswith("_"))
     metric.update(torch.tensor([NAN]))
     with pytest.raises(RuntimeError) as raised:
         pickle.dumps(metric)
-    assert str(raised.value) == _deferred(ERROR_TEXT, "MeanMetric", 1, "pickling")
+    assert str(raised.value) == _deferred(ERROR_TEXT, "MeanMetric", 1, "pickling", first=2)
     assert b"tmpatch" not in pickle.dumps(metric)
     for twin in (copy.deepcopy(metric), metric.clone()):
         assert float(twin.compute()) == 1.0  # a copy starts with nothing pending
     metric.compute()
 
 
+@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
 def test_the_report_counts_updates_not_elements():
     _apply()
     metric = MeanMetric(nan_strategy="warn")
@@ -731,7 +745,7 @@ def test_the_report_counts_updates_not_elements():
         metric.update(torch.tensor([2.0]), torch.tensor([NAN]))  # in the weight only
         metric.update(torch.tensor([3.0]))
         metric.compute()
-    assert _messages(seen) == [_deferred(WARN_TEXT, "MeanMetric", 2)]
+    assert _messages(seen) == [_deferred(WARN_TEXT, "MeanMetric", 2, first=1)]
 
 
 def test_patch_reverts_cleanly():

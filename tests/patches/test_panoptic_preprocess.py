@@ -130,6 +130,7 @@ def test_states_and_results_equal_the_releases(cases):
 
 
 # -- the check, at compute ---------------------------------------------------------------------------
+@pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
 @pytest.mark.parametrize("shortcuts", [True, False])
 def test_unknown_categories_raise_the_releases_error_at_the_next_compute_once(shortcuts):
     things, stuffs = {0, 1}, {2}
@@ -158,6 +159,7 @@ def test_unknown_categories_raise_the_releases_error_at_the_next_compute_once(sh
         assert _pending(allowed) == 0
 
 
+@pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
 def test_the_batch_is_counted_as_with_unknown_categories_allowed():
     things, stuffs = {0, 1}, {2}
     bad, good = _image([0, 1, 2, 7], seed=3), _image([0, 1, 2])

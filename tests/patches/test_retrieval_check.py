@@ -134,6 +134,7 @@ BAD_TARGETS = {  # query 0 sums to 0 (skipped by compute), query 1 has a positiv
 }
 
 
+@pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
 @pytest.mark.parametrize("shortcuts", [True, False])
 def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(shortcuts):
     """The bad values sit in a query that compute() skips (no positive target: its sum is 0),
@@ -160,6 +161,7 @@ def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(
         metric.compute()
 
 
+@pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
 def test_where_the_releases_compute_checks_the_query_its_error_comes_first():
     """A bad value in a query compute() evaluates: the release's compute raises its own
     error (the batch is in the states) until reset(); reset() gives the report first, once."""
@@ -191,6 +193,7 @@ def test_nan_targets_pass_as_in_the_release():
         assert int(deferred.local_records(metric).get("retrieval_check", 0)) == 0
 
 
+@pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
 def test_forward_reports_at_the_users_compute_not_inside_forward():
     _apply()
     metric = R.RetrievalMRR()

@@ -2,8 +2,12 @@
 
 Not a defect of torchmetrics: the rules that let ``nan_check`` and ``bincount`` count
 what the release would report in ``update()`` (a device read each time) and report it
-at the user's next ``compute()`` instead, exactly once (:mod:`tmpatch.runtime.deferred`):
+later instead, exactly once, without a read of their own (:mod:`tmpatch.runtime.deferred`):
 
+* ``Metric._wrap_update`` (an edit of its ``wrapped_func``, at its end), ``Metric.forward``
+  and ``Running.update``/``Running.forward``: after the user's call, what has reached the
+  host is reported from it (:func:`deferred.after_update`: on the CPU at once, on a GPU
+  once a non-blocking copy has landed); an attribute read while no book has anything due;
 * ``Metric._wrap_compute`` (and the unwrapping overrides of ``WrapperMetric``, 1.1.0+,
   and ``CompositionalMetric``): a metric built while this patch is applied gets a book
   and, around its own compute, a layer that reports and clears the books of the metric
@@ -19,16 +23,18 @@ at the user's next ``compute()`` instead, exactly once (:mod:`tmpatch.runtime.de
   wrapper or collection resetting, saving or cloning the metric (:func:`deferred.enclosing`),
   so that no copy of a state carries data whose report was never given;
 * ``Running.update`` and ``Running.forward``: the base metric's reset inside them keeps
-  the books (the report waits for the wrapper's compute);
+  the books (the report comes after the wrapper's call, or at its compute);
 * ``MetricCollection.compute``: one report for the collection, after every metric's
   compute (up to 1.0.x: the ``_wrap_compute`` overrides of ClasswiseWrapper, MultioutputWrapper
   and MultitaskWrapper, not yet ``WrapperMetric`` subclasses, get the book layer too).
 
-Releases: 0.10.0-1.9.0 (one to four implementations of each target; ``Running`` from
-1.0.0). Up to 1.0.x ClasswiseWrapper, MultioutputWrapper (0.11.1+) and MultitaskWrapper
+Releases: 0.10.0-1.9.0 (one to four implementations of each target, one of ``_wrap_update``,
+which ``compiled_update`` and ``update_bookkeeping`` edit too; ``Running`` from 1.0.0). Up to 1.0.x ClasswiseWrapper, MultioutputWrapper (0.11.1+) and MultitaskWrapper
 (1.0.x) override ``_wrap_compute`` themselves.
 ``tmpatch.revert()`` keeps pending reports: the compute layer stays with the metrics
-built while applied (:func:`deferred.detach`).
+built while applied (:func:`deferred.detach`). What a metric still holds when it is
+garbage-collected, or when the process or a ``multiprocessing`` child ends, is logged then
+(:mod:`tmpatch.runtime.deferred.endings`).
 """
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tmpatch.runtime import deferred
 from tmpatch.runtime.compiled import compiling
-from tmpatch.spec import DEFERRED, Label, Patch, Target, Together, Variant, since, span
+from tmpatch.spec import DEFERRED, Edit, Label, Patch, Rewrite, Target, Together, Variant, since, span
 
 
 def _settling(metric: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
@@ -78,18 +84,44 @@ def _full_state(metric: Any) -> bool:
 
 
 def _build_forward(module: ModuleType) -> Callable[..., Any]:
+    watch = deferred.WATCH
+
     def forward(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
         before: Optional[List[Tuple[deferred.Book, Dict[str, Any]]]] = None
         if _full_state(self):
             before = [(book, dict(book.counts)) for book in deferred.books_in(self)]
+        tracing = compiling()
+        marked = None if tracing else deferred.marks(self)
         with deferred.scope():
             result = original(self, *args, **kwargs)
         if before:
             for book, counts in before:
                 deferred.count_once(book, counts)
+        if marked:  # what its updates noted came from this forward() (torchmetrics reset the count inside)
+            deferred.restamp(marked, self.__dict__.get("_update_count") or None)
+        if not tracing and watch.on:  # what has reached the host: reported from this forward()
+            deferred.after_update(self, "forward()")
         return result
 
     return forward
+
+
+def _update_names(module: ModuleType) -> Dict[str, Any]:
+    return {"_tmpatch_reports_traced": compiling, "_tmpatch_reports_watch": deferred.WATCH,
+            "_tmpatch_reports_after": deferred.after_update}
+
+
+#: ``Metric._wrap_update``'s ``wrapped_func``, at its end (the batch is in the states): what has reached
+#: the host is reported from this ``update()`` (:func:`deferred.after_update`); a call of torch's check
+#: and an attribute read while no book has anything due; nothing while torch.compile traces
+AFTER_UPDATE = Rewrite(
+    (Edit("if self.compute_on_cpu:\n    ...\n",
+          "if self.compute_on_cpu:\n"
+          "    __tmpatch_body__\n"
+          "if not _tmpatch_reports_traced() and _tmpatch_reports_watch.on:\n"
+          "    _tmpatch_reports_after(self)\n"),),
+    _update_names,
+)
 
 
 def _users() -> bool:
@@ -223,29 +255,46 @@ def _build_collection_compute(module: ModuleType) -> Callable[..., Any]:
     return compute
 
 
-def _build_internal(module: ModuleType) -> Callable[..., Any]:
-    """``Running.update``/``Running.forward``: they reset the base metric themselves."""
+def _running(call: str) -> Callable[[ModuleType], Callable[..., Any]]:
+    """``Running.update``/``Running.forward``: they reset the base metric themselves; then, as after
+    a metric's ``update()`` (a wrapper's is not ``wrapped_func``) or ``forward()``, what has reached
+    the host is reported from them."""
 
-    def method(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        with deferred.scope():
-            return original(self, *args, **kwargs)
+    def build(module: ModuleType) -> Callable[..., Any]:
+        watch = deferred.WATCH
 
-    return method
+        def method(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+            tracing = compiling()
+            marked = None if tracing else deferred.marks(self)
+            with deferred.scope():
+                result = original(self, *args, **kwargs)
+            if marked:  # the base metric's count is not the wrapper's (it resets it): not known
+                deferred.restamp(marked, self.__dict__.get("_update_count") or None)
+            if not tracing and watch.on:
+                deferred.after_update(self, call)
+            return result
+
+        return method
+
+    return build
 
 
 _METRIC = "torchmetrics.metric"
 
 PATCH = Patch(
     name="deferred_reports",
-    summary="gives the reports nan_check and bincount move out of update() at the user's next compute(), "
-            "once, after the sync; never inside forward()",
+    summary="gives the reports nan_check and bincount move out of update() once, without a read of their own: "
+            "at a later update() once on the host (on the CPU, the same one), or at compute(), at the latest "
+            "when the metric or process goes; never inside forward()",
     known=since("0.10.0"),
     after_apply=deferred.went_live,
     after_revert=deferred.went_dormant,
     upstream="tmpatch's own: makes the deferred reports of other patches exact",
-    changes="a NaN or out-of-range report comes at compute(), or where the data leaves the metric first "
-            "(reset, state_dict, pickle/copy, merge_state, sync), once, on the rank that saw it (on every rank "
-            "with coalesced_sync); copies carry no pending report",
+    changes="a NaN or out-of-range report comes once, after the batch is added: from the update() that saw it "
+            "on the CPU, at most 16 counting updates later on a GPU (no sync), or where the data leaves the metric "
+            "first (compute, reset, state_dict, pickle/copy, merge_state, sync), at the latest logged when the "
+            "metric is collected or the process or worker ends; on the rank that saw it (on every rank with "
+            "coalesced_sync); copies and forked children carry no pending report",
     labels=(
         Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
               file="tmpatch/runtime/deferred/settling.py"),
@@ -305,6 +354,11 @@ PATCH = Patch(
         ),
         Target(
             module=_METRIC,
+            qualname="Metric._wrap_update",
+            variants=(Variant(span("0.10.0", "1.9.0"), "204d7412e16fe670", AFTER_UPDATE),),
+        ),
+        Target(
+            module=_METRIC,
             qualname="Metric._apply",
             variants=(
                 Variant(span("0.10.0", "0.11.3"), "dac6762c6713e022", _build_apply),
@@ -358,13 +412,13 @@ PATCH = Patch(
         Target(
             module="torchmetrics.wrappers.running",
             qualname="Running.update",
-            variants=(Variant(span("1.0.0", "1.9.0"), "7edd255b4e36c7db", _build_internal),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "7edd255b4e36c7db", _running("update()")),),
             present=since("1.0.0"),
         ),
         Target(
             module="torchmetrics.wrappers.running",
             qualname="Running.forward",
-            variants=(Variant(span("1.0.0", "1.9.0"), "4b5a6dd36ee40cec", _build_internal),),
+            variants=(Variant(span("1.0.0", "1.9.0"), "4b5a6dd36ee40cec", _running("forward()")),),
             present=since("1.0.0"),
         ),
     ),

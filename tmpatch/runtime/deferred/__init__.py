@@ -1,6 +1,9 @@
 """Deferred reports: a condition a patch sees during ``update()`` (NaN values, values out
-of range) is counted on the device and reported at the user's next ``compute()``, or at
-the first other point where the metric's data leaves it or is dropped.
+of range) is counted on the device and reported later, once, without a read of its own:
+from a later update once the evidence has reached the host (``updates.py``; on the CPU the
+same update), at the user's ``compute()`` or the first other point where the metric's data
+leaves it or is dropped (``settling.py``), and at the latest when the metric is collected or
+the process ends (``endings.py``).
 
 A check such as ``if torch.isnan(x).any(): warn(...)`` in ``update()`` reads a device
 value on every step. A patch calls :meth:`Record.add` or :meth:`Record.note` instead: the
@@ -12,9 +15,10 @@ never sees it.
 An update launches nothing for its report: the book keeps the tensors the update
 already made (a NaN mask, the codes of a count; the caller's own tensors, which nothing
 changes afterwards) with what to count in them, and counts them together, a few kernels
-for many updates, when the book is read (:func:`gather`: at the user's ``compute()``, a
-sync, a ``forward()``, a ``reset()``) or when it holds :data:`PENDING_ENTRIES` of them or
-:data:`PENDING_BYTES`.
+for many updates: each one apart when they leave for the host (``landing.py``: every
+``LANDING`` entries, or at a settle point), or all together (:func:`gather`) when the book
+holds :data:`PENDING_ENTRIES` of them or :data:`PENDING_BYTES`, or a full-state forward
+halves its count.
 
 The book's rules (the ``deferred_reports`` patch puts them in place):
 
@@ -39,8 +43,11 @@ Each rank reports what it saw. The coalesced-sync patch, when it syncs a metric,
 the books over ranks in the same buffers as the states (:func:`local_records`,
 :func:`set_synced`); the report then covers every rank.
 
-Here: books and records; ``settling.py``: the report at a settle point and the
-forward/reset steps around it; ``revert.py``: pending reports across ``revert()``.
+Here: books and records; ``giving.py``: a report given (its reporters called once);
+``landing.py``: evidence reduced entry by entry and sent to the host without a sync;
+``updates.py``: the report after the user's update; ``endings.py``: where no call can
+raise it; ``settling.py``: the report at a settle point and the forward/reset steps around
+it; ``revert.py``: pending reports across ``revert()``.
 """
 from __future__ import annotations
 
@@ -81,7 +88,7 @@ class Book:
     ``counts``."""
 
     __slots__ = ("ref", "counts", "synced", "stamp", "traced", "marked", "traced_marked", "pending", "pinned",
-                 "__weakref__")
+                 "steps", "noted", "flight", "ghost", "at_once", "__weakref__")
 
     def __init__(self, metric: Any) -> None:
         self.ref = weakref.ref(metric)
@@ -93,6 +100,13 @@ class Book:
         self.traced_marked = False
         self.pending: List[Tuple[str, Any, "Kind", int]] = []
         self.pinned = 0
+        #: the update count of the user's update() or forward() each of the first ``len(steps)``
+        #: pending entries came from (stamped after that call: :func:`landing.after_update`)
+        self.steps: List[Optional[int]] = []
+        self.noted = 0  # entries noted since the evidence last went to the host (landing.LANDING)
+        self.flight: Any = None  # evidence on its way to the host (landing.Flight)
+        self.ghost: Any = None  # what the reporters need of the metric once it is gone (landing.ghost)
+        self.at_once: Optional[bool] = None  # its evidence is read at once (host memory); None: not known yet
 
 
 #: id(metric) -> its book (metrics built while deferred_reports is applied)
@@ -131,12 +145,14 @@ def open_book(metric: Any) -> Book:
     book = book_of(metric)
     if book is None:
         book = _books[id(metric)] = Book(metric)
-        weakref.finalize(metric, _forget, id(metric), weakref.ref(book))
+        # atexit=False: at exit a live metric's report is given by landing's exit hook, which names the exit
+        weakref.finalize(metric, collected, id(metric), weakref.ref(book)).atexit = False
         device = getattr(metric, "device", None)
         if device is not None:
             import torch
 
             book.traced = {key: torch.zeros((), dtype=torch.long, device=device) for key in _records}
+        armed()
     return book
 
 
@@ -184,12 +200,6 @@ def mirror(original: Any, twin: Any) -> Optional[Tuple[Book, Book]]:
     return mine, open_book(twin)
 
 
-def _forget(key: int, book: "weakref.ref[Book]") -> None:
-    held = book()
-    if held is not None and _books.get(key) is held:
-        del _books[key]
-
-
 def is_live() -> bool:
     """Whether the deferred_reports patch is applied (its forward and reset layers are in place)."""
     return _live
@@ -202,11 +212,14 @@ def went_live() -> None:
 
 
 def went_dormant() -> None:
-    """The deferred_reports patch is reverted: keep every pending report (:func:`detach`)."""
+    """The deferred_reports patch is reverted: keep every pending report (:func:`detach`) for the
+    next compute; updates no longer report (the ``wrapped_func`` of a metric built while applied
+    still calls the update hook: it returns at once)."""
     global _live
     _live = False
     for metric, book in pending_books():
         detach(metric, book)
+    WATCH.drop_books()
 
 
 def internal() -> bool:
@@ -289,9 +302,19 @@ class Record:
             return False
         with LOCK:
             book.pending.append((self.key, evidence, kind, sign))
+            # the update it came from (a forward()'s are stamped again after it: updates.restamp)
+            book.steps.append(getattr(metric, "__dict__", _EMPTY).get("_update_count") or None)
             book.marked = True
+            book.noted += 1
+            if book.ghost is None:
+                book.ghost = ghost(metric)
             if type(evidence) is not int:
                 book.pinned += evidence.numel() * evidence.element_size()
+                book.at_once = landing.read_at_once(evidence)
+            else:
+                book.at_once = True  # a count on the host already
+            if (book.at_once or book.noted >= landing.LANDING) and book not in WATCH.books:
+                WATCH.watch(book)  # the next update looks at it
             if len(book.pending) >= PENDING_ENTRIES or book.pinned >= PENDING_BYTES:
                 _fold(book)
         return True
@@ -313,6 +336,8 @@ def outside(low: int, high: int) -> Kind:
     """The number of elements outside ``[low, high)`` (integer tensors: codes, classes)."""
     return ("outside", low, high)
 
+
+_EMPTY: Dict[str, Any] = {}
 
 #: a book folds its pending evidence when it holds this many entries, or this many bytes of
 #: tensors (kept alive until then: device memory a metric holds beyond its states); each fold
@@ -346,8 +371,9 @@ def _reduce(kind: Kind, tensors: List[Any]) -> Any:
 
 def _fold(book: Book) -> None:
     """Count the book's pending evidence into its counts: one reduction per key, kind, sign,
-    dtype and device (and number of elements, for ``ANY``)."""
-    pending, book.pending, book.pinned = book.pending, [], 0
+    dtype and device (and number of elements, for ``ANY``). Which update each entry came from
+    is not kept (:mod:`landing` keeps it where it reduces the entries one by one)."""
+    pending, book.pending, book.pinned, book.steps = book.pending, [], 0, []
     groups: Dict[Tuple[Any, ...], List[Any]] = {}
     hosts: Dict[Tuple[str, int], int] = {}
     for key, evidence, kind, sign in pending:
@@ -383,6 +409,7 @@ def local_records(metric: Any) -> Dict[str, Any]:
     if book is None:
         return {}
     gather(book)
+    recall(book)  # evidence on its way to the host counts here too: the sync sums it over the ranks
     return dict(book.counts)
 
 
@@ -401,19 +428,25 @@ def pending_books() -> List[Tuple[Any, Book]]:
         metric = book.ref()
         if metric is not None:
             gather(book)
-        if metric is not None and (book.counts or book.synced):
+        if metric is not None and (book.counts or book.synced or book.flight is not None):
             out.append((metric, book))
     return out
 
 
-# the report at compute() and the pending reports across revert(), in modules of their own
+# the report's giving, the evidence's way to the host, the reports after an update and where a metric or the
+# process goes, the pending reports across revert() and the report at a settle point, in modules of their own
+from tmpatch.runtime.deferred.giving import point  # noqa: E402
+from tmpatch.runtime.deferred import landing  # noqa: E402
+from tmpatch.runtime.deferred.landing import LANDING, WATCH, recall  # noqa: E402
+from tmpatch.runtime.deferred.endings import armed, collected, ghost  # noqa: E402
+from tmpatch.runtime.deferred.updates import after_update, marks, restamp  # noqa: E402
 from tmpatch.runtime.deferred.revert import detach, forward_step  # noqa: E402
 from tmpatch.runtime.deferred.settling import (  # noqa: E402
-    books_in, clear, count_once, enclosing, pending, point, settle, start_compute,
+    books_in, clear, count_once, enclosing, pending, settle, start_compute,
 )
 
-__all__ = ["ANY", "AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "FALSE", "Kind", "PENDING_BYTES", "PENDING_ENTRIES", "Record",
-           "SUM", "attach", "book_of", "books_in", "clear", "count_once", "detach", "enclosing", "forward_step",
-           "gather", "internal", "is_live", "local_records", "mirror", "moved", "open_book", "outside", "pending",
-           "pending_books", "point", "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant",
-           "went_live"]
+__all__ = ["ANY", "AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "FALSE", "Kind", "LANDING", "PENDING_BYTES",
+           "PENDING_ENTRIES", "Record", "SUM", "WATCH", "after_update", "armed", "attach", "book_of", "books_in", "clear",
+           "collected", "count_once", "detach", "enclosing", "forward_step", "gather", "ghost", "internal", "is_live",
+           "landing", "local_records", "marks", "mirror", "moved", "open_book", "outside", "pending", "pending_books",
+           "point", "recall", "restamp", "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant", "went_live"]

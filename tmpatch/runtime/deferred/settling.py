@@ -1,7 +1,7 @@
 """The books at a settle point: those of a metric and of the metrics inside it, read in
-one device read, each record's reporter called once, then cleared (:func:`settle`); the
-forward and reset steps around it (:func:`count_once`, :func:`start_compute`, :func:`clear`);
-and what a settle point needs to know: where the report is given (:func:`point`), whether
+one device read (none for evidence that has reached the host), each record's reporter called
+once, then cleared (:func:`settle`); the forward and reset steps around it (:func:`count_once`,
+:func:`start_compute`, :func:`clear`); and what a settle point needs to know: whether
 anything is pending (:func:`pending`), and which metric holds the one it was called on
 (:func:`enclosing`).
 
@@ -12,31 +12,17 @@ carries data whose report was never given.
 """
 from __future__ import annotations
 
-import contextvars
 import sys
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tmpatch.runtime.deferred import AUDIT_TAG, LOCK, Book, _books, _records, book_of, gather, log
-
-#: the settle point whose report is being given (reporters name it: :func:`point`)
-_point: "contextvars.ContextVar[str]" = contextvars.ContextVar("tmpatch_settle_point", default="compute()")
-
-
-def _metrics_in(metric: Any) -> Iterator[Any]:
-    """``metric`` and the metrics inside it (wrappers' base metrics, compositions' operands)."""
-    if not getattr(metric, "_modules", None):
-        yield metric
-        return
-    seen = set()
-    for module in metric.modules():
-        if id(module) not in seen and id(module) in _books:
-            seen.add(id(module))
-            yield module
+from tmpatch.runtime.deferred import LOCK, Book, book_of, gather, log
+from tmpatch.runtime.deferred.giving import Tally, deliver, metrics_in
+from tmpatch.runtime.deferred.landing import Flight, decode, gather_traced, holds, read, reduced, take
 
 
 def books_in(metric: Any) -> List[Book]:
     """The books of ``metric`` and of the metrics inside it (compiled updates' counts gathered)."""
-    books = [book for book in (book_of(m) for m in _metrics_in(metric)) if book is not None]
+    books = [book for book in (book_of(m) for m in metrics_in(metric)) if book is not None]
     for book in books:
         gather(book)
     return books
@@ -64,26 +50,22 @@ def start_compute(metric: Any) -> None:
     """Before the user's compute: forget totals of an earlier sync (a forward's)."""
     book = _lone(metric)
     if book is not None:  # most metrics: one book, no walk through modules
-        gather(book)
         book.synced = None
         return
-    for book in books_in(metric):
-        book.synced = None
+    for inner in metrics_in(metric):
+        book = book_of(inner)
+        if book is not None:
+            book.synced = None
 
 
 def clear(metric: Any) -> None:
     """Forget what the books of ``metric`` and of the metrics inside it hold."""
-    for inner in _metrics_in(metric):
+    for inner in metrics_in(metric):
         book = book_of(inner)
         if book is not None:
-            gather(book)
-            book.counts, book.synced, book.stamp = {}, None, None
-
-
-def point() -> str:
-    """Where the report being given is given: ``compute()`` (the default), ``state_dict()``,
-    ``reset()``, ``sync()``, ``merge_state()`` or ``pickling``, for a reporter's text."""
-    return _point.get()
+            with LOCK:
+                gather(book)
+                book.counts, book.synced, book.stamp, book.flight = {}, None, None, None
 
 
 def pending(metric: Any) -> bool:
@@ -91,8 +73,8 @@ def pending(metric: Any) -> bool:
     with LOCK:  # not between another thread's unmarking of a book and its fold
         book = _lone(metric)
         if book is not None:
-            return bool(book.marked or book.counts or book.synced)
-        return any(book.counts or book.synced for book in books_in(metric))
+            return holds(book)
+        return any(holds(book) for book in books_in(metric))
 
 
 def _torchmetrics(obj: Any) -> bool:
@@ -133,68 +115,58 @@ def enclosing(metric: Any, names: Sequence[str]) -> Any:
 
 def settle(metric: Any, where: str = "compute()") -> None:
     """Report what the books of ``metric`` (and the metrics inside it) hold, then clear
-    them: one device read for all of them. Called after the user's ``compute()``, and at
-    the other settle points (``where`` names the point for the reporters: :func:`point`)."""
-    keys: List[Tuple[Any, str, bool]] = []
-    values: List[Any] = []
+    them: one device read for all of them (none for evidence that has reached the host).
+    Called after the user's ``compute()``, and at the other settle points (``where`` names
+    the point for the reporters: :func:`tmpatch.runtime.deferred.giving.point`)."""
+    taken: List[Tuple[Any, Any, Optional[Flight], bool]] = []  # (metric, parts, flight, all ranks)
     with LOCK:  # what the books hold is taken whole: no fold from another thread in between
         book = _lone(metric)
-        if book is not None and not (book.marked or book.counts or book.synced):
+        if book is not None and not holds(book):
             return  # most computes: one empty book, nothing to read (nor being folded: the lock)
-        for inner in _metrics_in(metric):
+        for inner in metrics_in(metric):
             book = book_of(inner)
             if book is None:
                 continue
-            gather(book)
-            if not (book.counts or book.synced):
+            gather_traced(book)
+            if not holds(book):
                 continue
             if book.stamp is not None and getattr(inner, "_update_count", 0) < book.stamp:
-                book.counts, book.synced, book.stamp = {}, None, None  # reset after revert(): nothing to report
+                _empty(book)  # reset after revert(): nothing to report
                 continue
-            source = book.synced if book.synced is not None else book.counts
-            for key, value in source.items():
-                keys.append((inner, key, book.synced is not None))
-                values.append(value)
-            book.counts, book.synced, book.stamp = {}, None, None  # cleared first: a raise leaves nothing
-    if not values:
+            if book.synced is not None:  # totals over the ranks: they cover what this rank holds
+                parts = [(key, 1, [None], value.reshape(1)) for key, value in book.synced.items()]
+                taken.append((inner, parts, None, True))
+                _empty(book)
+                continue
+            flight, book.flight, book.stamp = book.flight, None, None
+            taken.append((inner, take(book), flight, False))  # emptied first: a raise leaves nothing
+    if not taken:
         return
-    import torch
-
+    landed: List[Optional[Tally]] = [None if flight is None else flight.landed() for _, _, flight, _ in taken]
+    values: List[Any] = []
+    for (_, parts, flight, _), tally in zip(taken, landed):
+        values.extend(reduced(parts))
+        if flight is not None and tally is None:
+            values.extend(flight.device_values())
     try:
-        devices = {v.device for v in values}
-        if len(devices) == 1:
-            total = torch.stack([v.long() for v in values])
-            setattr(total, AUDIT_TAG, True)
-            read = total.tolist()  # the one device read
-        else:
-            read = []
-            for v in values:
-                setattr(v, AUDIT_TAG, True)
-                read.append(int(v))
+        numbers = iter(read(values))  # the one device read
     except Exception:  # noqa: BLE001 - never let bookkeeping break the user's compute
         log.exception("tmpatch: could not read the deferred reports of %s", type(metric).__name__)
         return
-    by_key: Dict[str, List[Tuple[Any, int]]] = {}
-    all_ranks: Dict[str, bool] = {}
-    for (inner, key, synced), count in zip(keys, read):
-        if count:
-            by_key.setdefault(key, []).append((inner, int(count)))
-            all_ranks[key] = all_ranks.get(key, True) and synced
-    errors: List[BaseException] = []
-    token = _point.set(where)
-    try:
-        for key, found in by_key.items():
-            record = _records.get(key)
-            if record is None:
-                continue
-            try:
-                record.reporter(metric, found, all_ranks[key])
-            except Exception as exc:  # noqa: BLE001 - an error report: raised after the warnings
-                errors.append(exc)
-    finally:
-        _point.reset(token)
-    if len(errors) > 1 and len(errors[0].args) == 1 and isinstance(errors[0].args[0], str):
-        # one raise per compute: the others ride in its message, not lost
-        errors[0].args = ("\n".join([errors[0].args[0]] + [f"Also: {exc}" for exc in errors[1:]]),)
-    if errors:
-        raise errors[0]
+    found: List[Tuple[Any, Tally, bool]] = []
+    for (inner, parts, flight, all_ranks), tally in zip(taken, landed):
+        layout = [(key, sign, steps) for key, sign, steps, _ in parts]
+        counted = [decode(layout, [next(numbers) for _ in parts])]
+        if flight is not None:
+            counted.append(tally if tally is not None else flight.tally([next(numbers) for _ in flight.dev]))
+        for each in counted:
+            if each:
+                found.append((inner, each, all_ranks))
+    if found:
+        deliver(metric, found, where)
+
+
+def _empty(book: Book) -> None:
+    book.pending, book.steps, book.pinned, book.noted = [], [], 0, 0
+    book.marked = book.traced_marked
+    book.counts, book.synced, book.stamp, book.flight = {}, None, None, None

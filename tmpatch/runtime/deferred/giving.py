@@ -1,0 +1,83 @@
+"""Giving a report: each record's reporter called once with what was counted, where it is
+given named for the reporter's text (:func:`point`), warnings first, one error raised.
+
+Shared by every place a report comes: a settle point (``settling.py``), the update that finds
+the evidence on the host and the metric's collection or the process's exit (``landing.py``).
+"""
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from tmpatch.runtime.deferred import _books, _records
+
+#: where the report being given is given (reporters name it: :func:`point`)
+_point: "contextvars.ContextVar[str]" = contextvars.ContextVar("tmpatch_settle_point", default="compute()")
+
+#: per record key: (count, the first update it concerns where known, whether some of it came from
+#: updates not known); what a report is made of
+Tally = Dict[str, Tuple[int, Optional[int], bool]]
+
+
+def point() -> str:
+    """Where the report being given is given, for a reporter's text: ``compute()`` (the default),
+    ``state_dict()``, ``reset()``, ``sync()``, ``merge_state()``, ``pickling``, ``update() #12``,
+    ``forward() #12``, the metric's garbage collection or the process's exit; followed by the
+    update the first counted occurrence came from where it is known."""
+    return _point.get()
+
+
+def metrics_in(metric: Any) -> Iterator[Any]:
+    """``metric`` and the metrics inside it (wrappers' base metrics, compositions' operands)."""
+    if not getattr(metric, "_modules", None):
+        yield metric
+        return
+    seen = set()
+    for module in metric.modules():
+        if id(module) not in seen and id(module) in _books:
+            seen.add(id(module))
+            yield module
+
+
+def _where(where: str, first: Optional[int], unknown: bool, step: Optional[int]) -> str:
+    if first is None or unknown or first == step:
+        return where
+    return f"{where} (the first of them came from update #{first})"
+
+
+def deliver(top: Any, found: List[Tuple[Any, Tally, bool]], where: str, step: Optional[int] = None) -> None:
+    """Call each record's reporter once for ``found`` (``(metric, tally, all_ranks)``: ``metric``
+    is ``top`` or a metric inside it, ``all_ranks`` that its counts are sums over the ranks of a
+    coalesced sync), with :func:`point` saying ``where`` and, unless it is ``step`` (the update
+    giving the report), the update the first occurrence came from. Warnings come first; then
+    the first error is raised, the others' messages in it."""
+    by_key: Dict[str, List[Tuple[Any, int]]] = {}
+    ranks: Dict[str, bool] = {}
+    firsts: Dict[str, Optional[int]] = {}
+    unknown: Dict[str, bool] = {}
+    for metric, tally, all_ranks in found:
+        for key, (count, first, vague) in tally.items():
+            if not count:
+                continue
+            by_key.setdefault(key, []).append((metric, int(count)))
+            ranks[key] = ranks.get(key, True) and all_ranks
+            if first is not None:
+                firsts[key] = first if firsts.get(key) is None else min(first, firsts[key])  # type: ignore[type-var]
+            unknown[key] = unknown.get(key, False) or vague
+    errors: List[BaseException] = []
+    for key, pairs in by_key.items():
+        record = _records.get(key)
+        if record is None:
+            continue
+        token = _point.set(_where(where, firsts.get(key), unknown[key], step))
+        try:
+            record.reporter(top, pairs, ranks[key])
+        except Exception as exc:  # noqa: BLE001 - an error report: raised after the warnings
+            errors.append(exc)
+        finally:
+            _point.reset(token)
+    if len(errors) > 1 and len(errors[0].args) == 1 and isinstance(errors[0].args[0], str):
+        # one raise per report: the others ride in its message, not lost
+        errors[0].args = ("\n".join([errors[0].args[0]] + [f"Also: {exc}" for exc in errors[1:]]),)
+    if errors:
+        raise errors[0]
