@@ -143,7 +143,8 @@ def test_one_pass_and_the_dedented_text_agree_on_tricky_layout(tmp_path, monkeyp
         text = inspect.getsource(function)
         read = module._read(function)
         assert read is not None and read[0] == text, function
-        assert module._digest(module._block_tokens(*read)) == source_fingerprint(text), function
+        if module._ONE_PASS:  # before Python 3.12 only: from 3.12 f-strings come in parts (PEP 701)
+            assert module._digest(module._block_tokens(*read)) == source_fingerprint(text), function
         assert fingerprint(function) == source_fingerprint(text), function
 
 
