@@ -17,6 +17,7 @@ import pytest
 import tmpatch
 from tmpatch.runtime import deferred, host
 from tmpatch.runtime.deferred import landing as deferred_landing
+from tmpatch.runtime.deferred import books as deferred_books
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -163,7 +164,7 @@ class Landing:
 
 def _forget_reports() -> None:
     """Empty every book without a report: what a test left pending is not given in a later one."""
-    for book in list(deferred._books.values()):
+    for book in list(deferred_books._books.values()):
         book.pending, book.steps, book.counts, book.synced, book.flight = [], [], {}, None, None
         book.pinned = book.noted = 0
         book.marked = book.traced_marked

@@ -147,3 +147,88 @@ def test_no_contract_has_an_exception():
     excused = {name: config[name]["ignore_imports"] for name in config.sections()
                if name.startswith("importlinter") and "ignore_imports" in config[name]}
     assert not excused, excused
+
+
+
+
+def _module_imports():
+    """``{module: {modules of tmpatch it imports}}``, at any depth (top-level and inside functions);
+    ``from a import b`` counts as ``a.b`` where that is a module of tmpatch, else as ``a``."""
+    package = os.path.join(ROOT, "tmpatch")
+    graph = {}
+    for folder, _, files in os.walk(package):
+        for file in sorted(files):
+            if not file.endswith(".py"):
+                continue
+            path = os.path.join(folder, file)
+            parts = os.path.relpath(path, ROOT)[:-3].split(os.sep)
+            here = parts[:-1] if parts[-1] == "__init__" else parts
+            base = here if parts[-1] == "__init__" else here[:-1]
+            with open(path, encoding="utf-8") as handle:
+                tree = ast.parse(handle.read(), path)
+            found = graph.setdefault(".".join(here), set())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "tmpatch")
+                elif isinstance(node, ast.ImportFrom):
+                    source = node.module or ""
+                    if node.level:
+                        source = ".".join(base[:len(base) - node.level + 1] + ([source] if source else []))
+                    if source.split(".")[0] != "tmpatch":
+                        continue
+                    for alias in node.names:
+                        name = f"{source}.{alias.name}"
+                        found.add(name if _is_module(name) else source)
+    return graph
+
+
+def _room(module):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _cycles(graph):
+    """The strongly connected sets of more than one module of ``graph`` (Tarjan's algorithm)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_room_holds_a_circle_between_its_own_modules():
+    """Inside each room (a top-level module or sub-package of tmpatch), its modules import one
+    another in one direction: no two modules reach each other through imports at any depth."""
+    graph = _module_imports()
+    inside = {module: {name for name in names if name != module and _room(name) == _room(module)}
+              for module, names in graph.items()}
+    circles = _cycles(inside)
+    assert not circles, "modules of one room that import each other:\n" + "\n".join(
+        "  " + " <-> ".join(circle) for circle in circles)
+
+
+def test_the_circle_check_sees_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []

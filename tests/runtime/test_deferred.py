@@ -20,6 +20,7 @@ import torch
 
 import tmpatch
 from tmpatch.runtime import deferred
+from tmpatch.runtime.deferred import books
 from torchmetrics import Metric
 
 #: reports wait for a settle point here, as on a GPU before the evidence's copy lands (the reports
@@ -135,17 +136,17 @@ def test_a_book_is_opened_once_and_goes_with_its_metric():
     key = id(metric)
     del metric
     gc.collect()
-    assert key not in deferred._books
+    assert key not in books._books
 
 
 def test_a_book_answers_only_for_its_own_metric():
     metric, other = Clipped(), Clipped()
     book = deferred.Book(other)
-    deferred._books[id(metric)] = book  # a stale entry under a reused id
+    books._books[id(metric)] = book  # a stale entry under a reused id
     try:
         assert deferred.book_of(metric) is None
     finally:
-        del deferred._books[id(metric)]
+        del books._books[id(metric)]
 
 
 def test_add_without_a_book_adds_nothing_and_reads_nothing():
@@ -245,7 +246,7 @@ def test_two_errors_at_one_compute_are_raised_together():
     with pytest.raises(ValueError) as raised:
         deferred.settle(metric)
     assert str(raised.value) == "100 negative values\nAlso: second record failed"
-    del deferred._records["toy_failing"]
+    del books._records["toy_failing"]
 
 
 def test_a_count_that_cannot_be_read_is_logged_and_dropped(caplog):
@@ -338,11 +339,11 @@ def test_evidence_of_many_updates_is_counted_together_and_exactly():
 def test_a_book_folds_when_it_holds_too_many_entries_or_bytes(monkeypatch):
     metric = _booked(Clipped())
     book = deferred.book_of(metric)
-    monkeypatch.setattr(deferred, "PENDING_ENTRIES", 3)
+    monkeypatch.setattr(books, "PENDING_ENTRIES", 3)
     for _ in range(3):
         TOY.add(metric, torch.tensor(1))
     assert book.pending == [] and int(book.counts["toy"]) == 3
-    monkeypatch.setattr(deferred, "PENDING_BYTES", 64)
+    monkeypatch.setattr(books, "PENDING_BYTES", 64)
     TOY.note(metric, torch.zeros(100, dtype=torch.bool), deferred.ANY)  # 100 bytes kept: folded at once
     assert book.pending == [] and int(book.counts["toy"]) == 3
 
@@ -572,14 +573,14 @@ def test_a_compute_while_another_thread_folds_the_book_waits_and_reports(monkeyp
     metric.update(torch.tensor([-1.0, 1.0]))
     book = deferred.book_of(metric)
     folding, go_on = threading.Event(), threading.Event()
-    reduce = deferred._reduce
+    reduce = books._reduce
 
     def slow_reduce(kind, tensors):
         folding.set()
         go_on.wait(10)
         return reduce(kind, tensors)
 
-    monkeypatch.setattr(deferred, "_reduce", slow_reduce)
+    monkeypatch.setattr(books, "_reduce", slow_reduce)
     folder = threading.Thread(target=deferred.gather, args=(book,))
     folder.start()
     assert folding.wait(10)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextvars
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from tmpatch.runtime.deferred import _books, _records
+from tmpatch.runtime.deferred.books import _books, _records
 
 #: where the report being given is given (reporters name it: :func:`point`)
 _point: "contextvars.ContextVar[str]" = contextvars.ContextVar("tmpatch_settle_point", default="compute()")

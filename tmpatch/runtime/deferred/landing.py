@@ -18,7 +18,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from tmpatch.runtime import host
-from tmpatch.runtime.deferred import AUDIT_TAG, Book, Kind
+from tmpatch.runtime.deferred.books import AUDIT_TAG, Book, Kind
 from tmpatch.runtime.deferred.giving import Tally
 
 #: a book sends its evidence to the host once this many entries were noted since it last did (an

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
-from tmpatch.runtime.deferred import Book, book_of, gather
+from tmpatch.runtime.deferred.books import Book, book_of, gather, not_live, pending_books
+from tmpatch.runtime.deferred.landing import WATCH
 
 
 def detach(metric: Any, book: Book) -> None:
@@ -60,3 +61,13 @@ def forward_step(depth: int) -> Optional[Any]:
     except ValueError:
         return None
     return frame if frame.f_code.co_name in _FORWARD_STEPS else None
+
+
+def went_dormant() -> None:
+    """The deferred_reports patch is reverted: keep every pending report (:func:`detach`) for the
+    next compute; updates no longer report (the ``wrapped_func`` of a metric built while applied
+    still calls the update hook: it returns at once)."""
+    not_live()
+    for metric, book in pending_books():
+        detach(metric, book)
+    WATCH.drop_books()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tmpatch.runtime.deferred import LOCK, Book, book_of, gather, log
+from tmpatch.runtime.deferred.books import LOCK, Book, book_of, gather, log
 from tmpatch.runtime.deferred.giving import Tally, deliver, metrics_in
 from tmpatch.runtime.deferred.landing import Flight, decode, gather_traced, holds, read, reduced, take
 
