@@ -66,14 +66,21 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "once: does not depend on the torchmetrics release; the matrix runs it with the first "
                    "release of each torch only")
+    config.addinivalue_line(
+        "markers", "processes: runs real child processes (exit, fork, spawn, DataLoader workers); the matrix "
+                   "leaves it out where a release runs only the tests of what changed there "
+                   "(TMPATCH_TEST_PROCESSES=0)")
 
 
 def pytest_collection_modifyitems(config, items):
-    if not _matrix_repeat():
+    left_out = ["once"] if _matrix_repeat() else []
+    if os.environ.get("TMPATCH_TEST_PROCESSES") == "0":
+        left_out.append("processes")
+    if not left_out:
         return
-    kept = [item for item in items if item.get_closest_marker("once") is None]
+    kept = [item for item in items if not any(item.get_closest_marker(name) for name in left_out)]
     if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("once")])
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept
 
 

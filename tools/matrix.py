@@ -73,10 +73,10 @@ PLAN: Dict[str, Tuple[str, ...]] = {
     CURRENT: tuple(r for r in RELEASES if r not in ANCHORS or r == RELEASES[0]),
     "2.15.0": ("1.9.0", "1.6.1", "1.4.0"),
     "2.14.1": ("1.0.0", "1.0.3", "0.11.4"),
-    "2.5.1": ("1.6.1", "1.5.2"),  # autumn 2024; 1.6.1 + 2.5.1: the best-known report of metric syncs
+    "2.5.1": ("1.6.1",),  # autumn 2024; 1.6.1 + 2.5.1: the best-known report of metric syncs
     # winter 2023: the oldest torch the audit supports (tmpatch.audit.support.MIN_TORCH); 0.11.4: the pin of
     # Lightning 1.9/2.0 projects, the last release before the 1.0 API change
-    "2.1.2": ("1.0.0", "0.11.4"),
+    "2.1.2": ("0.11.4",),
     # spring 2023, below the audit's floor: the patches with 0.11.4, the pin of its time (the audit's tests
     # are not collected there, and a test that reaches the audit is skipped with its message)
     "2.0.1": ("0.11.4",),
@@ -270,14 +270,18 @@ def _fill_venv(torch_version: str, python: str, done: str) -> None:
 
 
 def run(python: str, release: str, folder: str, pytest_args: Sequence[str],
-        first: bool = False, explore: str = "") -> Tuple[int, float, str]:
+        first: bool = False, explore: str = "", processes: bool = True) -> Tuple[int, float, str]:
     """One pytest run of ``release`` with ``python``; ``explore``: the label of the run's own
-    hypothesis database (fresh draws), or empty for the reproducible draws."""
+    hypothesis database (fresh draws), or empty for the reproducible draws; ``processes``: False
+    leaves out the tests marked ``processes`` (real child processes: they test tmpatch's own
+    machinery, which the whole-suite runs and the older torches' runs cover)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(folder, release), ROOT, env.get("PYTHONPATH")) if p)
     env["TMPATCH_TEST_RELEASE"] = release
     env["TMPATCH_TEST_TORCH_FIRST"] = "1" if first else "0"  # tests marked `once` run once per torch
     env.setdefault("TMPATCH_TEST_EXAMPLES", "1" if release in ANCHORS else BETWEEN)
+    if not processes:
+        env["TMPATCH_TEST_PROCESSES"] = "0"
     env.pop("TMPATCH_HYPOTHESIS", None)
     if explore:
         env["TMPATCH_HYPOTHESIS"] = "explore"
@@ -355,11 +359,13 @@ def main(argv: List[str]) -> int:
         else:
             paths = list(TORCH_TESTS) if args.plan and torch_version not in FULL else []
             first = release == plan[torch_version][0]
-            if not (paths or first or args.full or release in ANCHORS or _names_paths(args.pytest_args)):
+            selected = not (paths or first or args.full or release in ANCHORS or _names_paths(args.pytest_args))
+            if selected:
                 paths = selected_tests(release, RELEASES)
             code, seconds, output = run(python, release, args.folder, paths + list(args.pytest_args),
                                         first=first,
-                                        explore=f"{label}-{release}" if args.explore else "")
+                                        explore=f"{label}-{release}" if args.explore else "",
+                                        processes=not selected)
         last = output.strip().splitlines()[-1] if output.strip() else "(no output)"
         with lock:
             sys.stdout.write(f"torch {label} torchmetrics {release}: exit {code} in {seconds:.0f}s: {last}\n")

@@ -179,6 +179,7 @@ landing.new_event = lambda device: landing.NEVER
 """
 
 
+@pytest.mark.processes
 def test_row4_a_report_pending_at_exit_is_given_once_and_the_exit_status_kept():
     proc = run_python("""
 import torch, tmpatch
@@ -257,12 +258,14 @@ METHODS = [pytest.param(m, marks=pytest.mark.skipif(not hasattr(os, "fork") and 
            for m in ("fork", "spawn")]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("method", METHODS)
 def test_row5_a_workers_error_comes_through_the_loader(tmp_path, method):
     proc = _loader(tmp_path, method, "error", hold=False)
     assert proc.stdout.strip() == "raised True", (proc.stdout, proc.stderr)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("method", METHODS)
 def test_row5_a_report_pending_when_a_worker_ends_is_logged_there_once(tmp_path, method):
     proc = _loader(tmp_path, method, "warn", hold=True)
@@ -301,6 +304,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
 @pytest.mark.parametrize("hold", [False, True], ids=["cpu", "pending at the fork"])
 def test_row6_forked_children_do_not_repeat_their_parents_report(hold):

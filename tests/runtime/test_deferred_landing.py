@@ -281,6 +281,7 @@ landing.new_event = lambda device: landing.NEVER
 """
 
 
+@pytest.mark.processes
 def test_a_report_pending_at_exit_is_logged_once_and_the_exit_status_kept():
     proc = run_python(CHILD + """
 kept = Clipped(strict=True)
@@ -293,6 +294,7 @@ print("done")
     assert "the exit of process" in proc.stderr and "the first of them came from update #1" in proc.stderr
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
 def test_a_forked_child_reports_its_own_updates_only():
     proc = run_python(CHILD + """
@@ -317,6 +319,7 @@ print("parent", [str(w.message)[:2] for w in seen], flush=True)
     assert proc.stdout.split("\n")[:2] == ["child ['2 ']", "parent ['1 ']"], proc.stdout
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_a_multiprocessing_child_reports_what_it_holds_when_it_ends(method, tmp_path):
     if method == "fork" and not hasattr(os, "fork"):
