@@ -22,7 +22,7 @@ import io
 import pstats
 import statistics
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 import torch
 

@@ -33,7 +33,7 @@ from tmpatch.control import api, gating
 from tmpatch import patches as catalogue
 from tmpatch.engine.fingerprint import fingerprint
 from tmpatch.engine.references import PatchError, resolve
-from tests.conftest import release_in, run_python, torch_at_least
+from tests.conftest import run_python, torch_at_least
 
 import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 import tmpatch
-from tmpatch.control import selection, settings
+from tmpatch.control import selection
 from tmpatch.runtime import policies
 from tmpatch.patches import NAMES
 

@@ -203,7 +203,7 @@ def _forward(counter: Counter, key: str, rank: int, world: int) -> Dict[str, Any
     steps = []
     counter.take()
     for step in range(STEPS):
-        got = attempt(lambda: metric(key, step, rank, rows_for(rank, world, False)))
+        got = attempt(lambda step=step: metric(key, step, rank, rows_for(rank, world, False)))
         got["calls"] = counter.take()
         steps.append(got)
     final = attempt(metric.compute)

@@ -23,7 +23,6 @@ import torch
 
 import tmpatch
 from tests.conftest import assert_bitwise, release_in, run_python
-from tmpatch.runtime import deferred
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.aggregation import MeanMetric, SumMetric
 from torchmetrics.classification import (

@@ -23,7 +23,6 @@ import gc
 import logging
 import os
 import re
-import sys
 import textwrap
 import warnings
 

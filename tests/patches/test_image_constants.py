@@ -11,7 +11,6 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
-from tmpatch.runtime import device_tensors as helper
 from torchmetrics import image as I
 
 IMG = "torchmetrics.functional.image"

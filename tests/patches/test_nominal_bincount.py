@@ -86,7 +86,7 @@ def _cases(draw):
     for _ in range(draw(st.integers(1, 3))):
         n = draw(st.integers(1, 12))
 
-        def column():
+        def column(n=n):
             if form == "probabilities":  # (N, C): the update takes the argmax
                 return torch.tensor(draw(st.lists(st.floats(0, 1, width=32), min_size=n * classes,
                                                   max_size=n * classes))).reshape(n, classes)

@@ -34,7 +34,7 @@ def _reporter(top, found, all_ranks):
     total = sum(count for _, count in found)
     if total >= 100:
         raise ValueError(f"{total} negative values")
-    warnings.warn(f"{total} negative values clipped", UserWarning)
+    warnings.warn(f"{total} negative values clipped", UserWarning, stacklevel=1)
 
 
 TOY = deferred.Record("toy", _reporter)
@@ -42,7 +42,7 @@ TOY = deferred.Record("toy", _reporter)
 
 def _other(top, found, all_ranks):
     REPORTS.append(("other", [count for _, count in found], all_ranks))
-    warnings.warn("other record", UserWarning)
+    warnings.warn("other record", UserWarning, stacklevel=1)
 
 
 OTHER = deferred.Record("toy_other", _other)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 from tmpatch import patches as catalogue
 from tmpatch.engine import cache
 from tmpatch.runtime import compiled
-from tmpatch.control import gating, likeness, selection, settings
+from tmpatch.control import gating, likeness, selection
 from tmpatch.engine.core import Engine, collector_paused
 from tmpatch.spec import LEAVE, Patch, Recognised, Requirement, Setting, Target, Variant
 from tmpatch.control.report import PatchStatus, Report, State

@@ -65,7 +65,6 @@ bit for bit, in eager code; ``revert()`` folds what is pending and removes the d
 from __future__ import annotations
 
 import logging
-import sys
 import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional

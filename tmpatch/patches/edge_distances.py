@@ -181,7 +181,7 @@ def build_distances(module: ModuleType) -> Callable[..., Any]:
     """``edge_surface_distance``: in a marked update, one distance per pixel (the caller takes the maximum)."""
     import torch
 
-    float32, int64, inf = torch.float32, torch.int64, float("inf")
+    float32, inf = torch.float32, float("inf")
     metrics = ("euclidean", "chessboard", "taxicab")
 
     def terms(n: int, scale: Any, metric: str, device: Any) -> Any:

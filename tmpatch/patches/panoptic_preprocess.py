@@ -46,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import textwrap
 from types import ModuleType
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 from tmpatch.runtime import host
 from tmpatch.runtime.compiled import ContextSlot, compiling

@@ -36,7 +36,7 @@ one of each class ``update``).
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Tuple
 
 from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling

@@ -30,7 +30,7 @@ one of the class ``update``).
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling

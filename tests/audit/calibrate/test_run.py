@@ -149,8 +149,8 @@ def test_real_audit_plumbing_on_stubs(monkeypatch):
 
     def reads(x):
         value = x.sum().item()
-        warnings.warn("called a synchronizing CUDA operation")  # what torch says in "warn" mode
-        warnings.warn("something else", UserWarning)
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)  # what torch says in "warn" mode
+        warnings.warn("something else", UserWarning, stacklevel=1)
         return value
 
     with pytest.warns(UserWarning, match="something else"):

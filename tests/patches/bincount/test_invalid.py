@@ -13,7 +13,6 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import tmpatch
 from tests.conftest import examples, assert_bitwise, release_in
 from tests.patches.bincount import cases
 from tests.patches.bincount.cases import AVERAGES, CONFUSION, CURVES, MESSAGE, MULTICLASS_CURVE_AVERAGE, STAT_SCORES

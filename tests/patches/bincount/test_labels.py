@@ -10,7 +10,7 @@ import torch
 
 from tests.conftest import assert_bitwise, cpu_shortcuts
 from tests.patches.bincount import cases
-from tmpatch.patches.bincount import metrics, updates
+from tmpatch.patches.bincount import updates
 from torchmetrics import classification as cls
 
 

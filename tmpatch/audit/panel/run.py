@@ -19,7 +19,6 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import torch
 
 from tmpatch.audit.oracle.api import audit, _use_real
 from tmpatch.audit.oracle.breaks import Breaks
@@ -37,8 +36,7 @@ log = logging.getLogger("tmpatch")
 # the ones below explain syncs no patch is about. First match wins: the patches' labels first.
 
 from tmpatch import patches as catalogue  # noqa: E402
-from tmpatch.spec import DEFERRED, INHERENT, UPSTREAM, VALIDATION, Label  # noqa: E402
-from tmpatch.spec import PATCHED as PATCH  # noqa: E402
+from tmpatch.spec import DEFERRED, INHERENT, VALIDATION, Label  # noqa: E402
 
 #: categories that ``--fail-on-sync`` tolerates in a patched update
 TOLERATED = (INHERENT, VALIDATION)

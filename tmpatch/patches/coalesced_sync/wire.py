@@ -176,7 +176,7 @@ def _check_structure(metas: List[Dict[str, Any]]) -> None:
         index = next(i for i in range(max(len(reference), len(theirs)))
                      if (reference[i:i + 1] or [None])[0] != (theirs[i:i + 1] or [None])[0])
 
-        def say(items: List[Tuple[int, str, str, int]]) -> str:
+        def say(items: List[Tuple[int, str, str, int]], index: int = index) -> str:
             if index >= len(items):
                 return "nothing"
             owner, key, dtype, ndim = items[index]
