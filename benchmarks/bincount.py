@@ -15,11 +15,11 @@ import sys
 import time
 
 import torch
+from torchmetrics.classification import MulticlassStatScores
+from torchmetrics.utilities import data
 
 import tmpatch
 from tmpatch.patches import bincount as patch
-from torchmetrics.classification import MulticlassStatScores
-from torchmetrics.utilities import data
 
 MESH_LIMIT = 2**28
 

@@ -7,8 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
-from tmpatch.runtime import deferred
-from tmpatch.runtime import policies
+from tmpatch.runtime import deferred, policies
 
 if release_in("<0.11.0"):
     pytest.skip("the nominal metrics came in 0.11.0 (test_status_on_0x checks the row)", allow_module_level=True)

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
+from tests.conftest import assert_bitwise, examples, release_in
 
 if release_in("<1.0.0"):
     pytest.skip("PanopticQuality came in 1.0.0 (tests/test_api.py checks the 0.x row)", allow_module_level=True)

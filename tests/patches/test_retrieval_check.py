@@ -4,13 +4,13 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
+from torchmetrics import retrieval as R
+from torchmetrics.functional import retrieval as F
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 from tests.patches.eager import assert_eager_is_the_release
 from tmpatch.runtime import deferred
-from torchmetrics import retrieval as R
-from torchmetrics.functional import retrieval as F
 
 #: one class per release ``update`` (RetrievalMetric's and RetrievalPrecisionRecallCurve's) and a few heirs
 CLASSES = {

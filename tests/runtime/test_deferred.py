@@ -17,10 +17,10 @@ import warnings
 
 import pytest
 import torch
+from torchmetrics import Metric
 
 import tmpatch
 from tmpatch.runtime import deferred
-from torchmetrics import Metric
 
 #: reports wait for a settle point here, as on a GPU before the evidence's copy lands (the reports
 #: that come at a later update, or where a metric or process goes: test_deferred_landing.py)

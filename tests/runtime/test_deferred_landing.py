@@ -17,12 +17,12 @@ import warnings
 
 import pytest
 import torch
+from torchmetrics import Metric
 
 import tmpatch
 from tests.conftest import run_python
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred import landing
-from torchmetrics import Metric
 
 REPORTS = []
 

@@ -11,11 +11,11 @@ import sys
 import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from tmpatch.engine import rewrite
 from tmpatch import spec
-from tmpatch.engine.references import PatchError
-from tmpatch.engine.fingerprint import FingerprintError, fingerprint
 from tmpatch.control.report import State
+from tmpatch.engine import rewrite
+from tmpatch.engine.fingerprint import FingerprintError, fingerprint
+from tmpatch.engine.references import PatchError
 from tmpatch.spec import Patch, Requirement, Rewrite, Target, Variant
 
 Found = List[Tuple[Target, Variant]]

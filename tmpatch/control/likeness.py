@@ -15,8 +15,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from tmpatch import patches as catalogue
-from tmpatch import spec
+from tmpatch import patches as catalogue, spec
 from tmpatch.spec import Target
 
 #: what the gating found at a target: its fingerprint, or None (absent, or not a function of the release)

@@ -15,8 +15,8 @@ once its patch is reverted it calls the release's function (:func:`_route`). Kno
 nothing of torchmetrics.
 """
 from __future__ import annotations
-
 import __future__
+
 import ast
 import collections
 import copy
@@ -28,7 +28,6 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tmpatch.engine import cache, fingerprint
 from tmpatch.spec import ROUTE, Route, inline
-
 
 _FUTURE_FLAGS = 0
 for _feature in __future__.all_feature_names:

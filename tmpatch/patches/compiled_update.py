@@ -69,8 +69,7 @@ import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional
 
-from tmpatch.runtime import compiled
-from tmpatch.runtime import policies
+from tmpatch.runtime import compiled, policies
 from tmpatch.runtime.compiled import compiling, pending
 from tmpatch.spec import LEAVE, Edit, Patch, Rewrite, Setting, Target, Together, Variant, since, span
 

@@ -20,7 +20,6 @@ from typing import Any, Callable, Optional, Tuple
 
 from tmpatch.runtime import host
 
-
 #: the most elements filled one by one (each element is one fill kernel)
 MAX_FILLS = 16
 

@@ -11,10 +11,10 @@ import warnings
 import pytest
 import torch
 
-from tmpatch.audit.oracle import api
-from tmpatch.audit.calibrate import cases, cli as calibrate_cli
 from tmpatch.audit import cli
+from tmpatch.audit.calibrate import cases, cli as calibrate_cli
 from tmpatch.audit.calibrate.run import Outcome, compare
+from tmpatch.audit.oracle import api
 
 pytest.importorskip("torchmetrics")
 

@@ -20,11 +20,11 @@ from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import torch
 
+import tmpatch
 from tmpatch.audit import audit
 from tmpatch.audit.calibrate.probes import PROBES
-from tmpatch.audit.panel.run import run_panel, find_row
-import tmpatch
 from tmpatch.audit.modes import deterministic, restored_patches
+from tmpatch.audit.panel.run import find_row, run_panel
 
 log = logging.getLogger("tmpatch")
 

@@ -26,7 +26,6 @@ import torch
 
 from tmpatch.audit.calibrate.cases import Outcome
 
-
 # --- comparing ----------------------------------------------------------------------------------
 
 @dataclass

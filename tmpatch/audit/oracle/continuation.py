@@ -24,11 +24,11 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
+from tmpatch.audit.oracle.bounds import distinct
 from tmpatch.audit.oracle.classify import is_mask
 from tmpatch.audit.oracle.locate import locate
 from tmpatch.audit.oracle.report import Read
 from tmpatch.runtime.deferred import AUDIT_TAG
-from tmpatch.audit.oracle.bounds import distinct
 
 aten = torch.ops.aten
 

@@ -26,8 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_flatten
 
 from tmpatch.audit.oracle.classify import PINNED, is_cuda
 from tmpatch.audit.oracle.continuation import from_all, plausible_scalar

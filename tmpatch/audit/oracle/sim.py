@@ -17,9 +17,9 @@ from tmpatch.audit.oracle.continuation import Answers
 from tmpatch.audit.oracle.host import FakeHostViews
 from tmpatch.audit.oracle.recorder import SyncRecorder
 from tmpatch.audit.oracle.report import SyncPoint
-from tmpatch.spec import VALUE_MOVE
-from tmpatch.runtime import deferred
 from tmpatch.patches import compiled_update
+from tmpatch.runtime import deferred
+from tmpatch.spec import VALUE_MOVE
 
 log = logging.getLogger("tmpatch")
 

@@ -12,8 +12,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from tmpatch.audit.oracle.breaks import Breaks, graph_breaks
 from tmpatch.audit.modes import deterministic
+from tmpatch.audit.oracle.breaks import Breaks, graph_breaks
 
 # --- rows --------------------------------------------------------------------------------------
 

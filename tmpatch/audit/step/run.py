@@ -27,13 +27,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+import tmpatch
+from tmpatch.audit.modes import restored_patches
+from tmpatch.audit.oracle.api import _SYNC_MESSAGE, _real_point, _sync_debug
 from tmpatch.audit.oracle.locate import short_path
+from tmpatch.audit.oracle.recorder import FAKE_ERRORS, SyncRecorder
 from tmpatch.audit.oracle.report import SyncKind, SyncPoint
 from tmpatch.audit.oracle.sim import cuda_device, simulated_cuda
-import tmpatch
-from tmpatch.audit.oracle.recorder import FAKE_ERRORS, SyncRecorder
-from tmpatch.audit.oracle.api import _SYNC_MESSAGE, _real_point, _sync_debug
-from tmpatch.audit.modes import restored_patches
 
 USAGE = "--step wants MODULE:FUNCTION or path/to/file.py:FUNCTION"
 

@@ -16,8 +16,8 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from tmpatch.audit.oracle.locate import short_location
 from tmpatch.audit.oracle.report import AuditReport, SyncPoint
-from tmpatch.spec import DEFERRED, INHERENT, VALIDATION, Label
 from tmpatch.audit.panel.run import label_for as panel_label
+from tmpatch.spec import DEFERRED, INHERENT, VALIDATION, Label
 
 SYNC_FREE, NOT_COVERED, ERROR, COMPUTE = "sync-free", "not covered", "error", "compute"
 COMPUTE_REASON = "in forward()'s compute of the batch value (update() alone does not make it)"

@@ -13,10 +13,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple
 
-from tmpatch.runtime import deferred
-from tmpatch.runtime import policies
-from tmpatch.runtime.compiled import ContextSlot, compiling
 from tmpatch.patches import _constants
+from tmpatch.runtime import deferred, policies
+from tmpatch.runtime.compiled import ContextSlot, compiling
 from tmpatch.spec import gated
 
 MESSAGE = (

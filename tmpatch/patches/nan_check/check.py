@@ -8,14 +8,11 @@ import warnings
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tmpatch.runtime import host
-from tmpatch.runtime import deferred
-from tmpatch.runtime import policies
-from tmpatch.runtime.compiled import compiling
-from tmpatch.runtime.deferred import ANY
 from tmpatch.patches import _constants
 from tmpatch.patches.nan_check.report import RECORD, _loaded, _Release
-
+from tmpatch.runtime import deferred, host, policies
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime.deferred import ANY
 
 _NEUTRAL = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf}
 _INT64 = (-(2**63), 2**63)

@@ -4,9 +4,17 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional
 
-from tmpatch.patches.pearson_update.knowledge import (counts_known, cpu_zeros, current, default_of,
-                                                      default_zero, is_pearson, learn, learn_default_zero,
-                                                      moves_values)
+from tmpatch.patches.pearson_update.knowledge import (
+    counts_known,
+    cpu_zeros,
+    current,
+    default_of,
+    default_zero,
+    is_pearson,
+    learn,
+    learn_default_zero,
+    moves_values,
+)
 from tmpatch.spec import Edit, Rewrite
 
 

@@ -435,15 +435,21 @@ def pending_books() -> List[Tuple[Any, Book]]:
 
 # the report's giving, the evidence's way to the host, the reports after an update and where a metric or the
 # process goes, the pending reports across revert() and the report at a settle point, in modules of their own
-from tmpatch.runtime.deferred.giving import point  # noqa: E402
 from tmpatch.runtime.deferred import landing  # noqa: E402
-from tmpatch.runtime.deferred.landing import LANDING, WATCH, recall  # noqa: E402
 from tmpatch.runtime.deferred.endings import armed, collected, ghost  # noqa: E402
-from tmpatch.runtime.deferred.updates import after_update, marks, restamp  # noqa: E402
+from tmpatch.runtime.deferred.giving import point  # noqa: E402
+from tmpatch.runtime.deferred.landing import LANDING, WATCH, recall  # noqa: E402
 from tmpatch.runtime.deferred.revert import detach, forward_step  # noqa: E402
 from tmpatch.runtime.deferred.settling import (  # noqa: E402
-    books_in, clear, count_once, enclosing, pending, settle, start_compute,
+    books_in,
+    clear,
+    count_once,
+    enclosing,
+    pending,
+    settle,
+    start_compute,
 )
+from tmpatch.runtime.deferred.updates import after_update, marks, restamp  # noqa: E402
 
 __all__ = ["ANY", "AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "FALSE", "Kind", "LANDING", "PENDING_BYTES",
            "PENDING_ENTRIES", "Record", "SUM", "WATCH", "after_update", "armed", "attach", "book_of", "books_in", "clear",
