@@ -141,7 +141,7 @@ def recognise(patch: Patch, release: Optional[str], original: Original,
         problem = _requirement(requirement, original)[1]
         if problem:
             break
-    return judge(patch, release, looked, problem)  # type: ignore[arg-type]
+    return judge(patch, release, looked, problem)
 
 
 #: what was found at one target: the target, the variant its code is (None: not recognised), and why not
@@ -246,7 +246,7 @@ def build(variant: Variant, module: Any, told: spec.Recognised) -> Optional[Call
     if isinstance(variant.build, Rewrite) or variant.build is None:
         return None
     if getattr(variant.build, spec.TOLD, False):
-        return variant.build(module, told)  # type: ignore[call-arg]
+        return variant.build(module, told)  # type: ignore[call-arg]  # a told builder
     return variant.build(module)
 
 

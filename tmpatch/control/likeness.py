@@ -54,7 +54,7 @@ def expected(target: Target, release: str) -> Tuple[bool, Optional[str]]:
     return True, narrowest.fingerprint
 
 
-def _narrow(bounds: Tuple[Optional[Version], Optional[Version]]) -> Tuple[Version, Version]:
+def _narrow(bounds: Tuple[Optional[Version], Optional[Version]]) -> Tuple[Version, float]:
     """A key by which a nested range sorts after the range around it: its first release later, or its last earlier."""
     first, last = bounds
     return (first or Version("0"), -_ordinal(last))

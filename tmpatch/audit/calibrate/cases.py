@@ -150,7 +150,7 @@ def time_row(name: str, patched: bool, repeat: int) -> Optional[float]:
 
         def run() -> None:
             for target, args, kwargs in moved:
-                (target.update if isinstance(target, torch.nn.Module) else target)(*args, **kwargs)
+                (target.update if isinstance(target, torch.nn.Module) else target)(*args, **kwargs)  # type: ignore[operator]  # an update
 
         try:
             with deterministic(row.deterministic), torch.cuda.device(device):

@@ -182,7 +182,7 @@ def simulated_cuda(device: DeviceLike = "cuda:0", on_sync: Optional[Callable[[Sy
         guard.release()
 
 
-def module_owner(fn: Callable[..., Any]) -> Optional[torch.nn.Module]:
+def module_owner(fn: Any) -> Optional[torch.nn.Module]:
     """The module ``fn`` is, or the module a (possibly ``functools.wraps``-wrapped) bound method
     belongs to."""
     if isinstance(fn, torch.nn.Module):

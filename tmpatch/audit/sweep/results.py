@@ -69,10 +69,10 @@ class ClassResult:
         report = self.reports.get(call, {}).get(mode)
         return None if report is None else report.count
 
-    def remaining(self, mode: str = "patched") -> List[Tuple[str, SyncPoint, str, str]]:
+    def remaining(self, mode: str = "patched") -> List[Tuple[str, Optional[SyncPoint], str, str]]:
         """``(call, point, cause, reason)`` of every sync of ``mode``; a run that stopped early adds
-        an ``error`` entry."""
-        out = []
+        an ``error`` entry (point None)."""
+        out: List[Tuple[str, Optional[SyncPoint], str, str]] = []
         for call in CALLS:
             report = self.reports.get(call, {}).get(mode)
             if report is None:

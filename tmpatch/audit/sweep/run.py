@@ -133,7 +133,7 @@ def _mark_compute(owner: Any, spans: List[Tuple[int, int]]) -> None:
             finally:
                 spans.append((start, syncs()))
 
-        module.compute = marked  # an instance attribute, as torchmetrics' own wrapper is
+        module.compute = marked  # type: ignore[method-assign]  # an instance attribute, as torchmetrics' own wrapper is
 
 
 def _audit_call(fn: Any, case: _Case, real: bool) -> Tuple[AuditReport, FrozenSet[int]]:

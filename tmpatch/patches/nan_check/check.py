@@ -33,7 +33,7 @@ def _kind(module: ModuleType, cache: Dict[type, Optional[str]], cls: type) -> Op
             break
     table = {module.SumMetric: "sum", module.MaxMetric: "max", module.MinMetric: "min",
              module.MeanMetric: "mean", module.CatMetric: "cat"}
-    found = cache[cls] = table.get(owner)  # type: ignore[arg-type]
+    found = cache[cls] = table.get(owner)
     return found
 
 
@@ -328,7 +328,7 @@ class _Paired:
     __slots__ = ("stash",)
 
     def __init__(self) -> None:
-        self.stash: Optional[Tuple[Any, Any, Any]] = None
+        self.stash: Optional[Tuple[Any, Any, Any, Any]] = None
 
 
 _paired = _Paired()

@@ -23,7 +23,7 @@ def build_init(module: ModuleType) -> Callable[..., Any]:
 
     def __init__(original: Callable, self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        counts = getattr(self, "n_total", None)
+        counts: Any = getattr(self, "n_total", None)
         if getattr(counts, "ndim", None) == 1 and counts.shape[0] > 0:  # zeros(num_outputs), as registered
             learn(self, False, True)
             learn_default_zero(self)
