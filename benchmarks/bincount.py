@@ -15,11 +15,11 @@ import sys
 import time
 
 import torch
+from torchmetrics.classification import MulticlassStatScores
+from torchmetrics.utilities import data
 
 import tmpatch
 from tmpatch.patches import bincount as patch
-from torchmetrics.classification import MulticlassStatScores
-from torchmetrics.utilities import data
 
 MESH_LIMIT = 2**28
 
@@ -68,9 +68,9 @@ def main() -> None:
             x = torch.randint(0, minlength, (size,))
             repeat = 20 if size * 1 <= 10**5 else 5
             cells = []
-            for name, fn in (("bincount", lambda: torch.bincount(x, minlength=minlength)),
-                             ("mesh", lambda: mesh(x, minlength)),
-                             ("tmpatch", lambda: patched(x, minlength))):
+            for name, fn in (("bincount", lambda x=x, minlength=minlength: torch.bincount(x, minlength=minlength)),
+                             ("mesh", lambda x=x, minlength=minlength: mesh(x, minlength)),
+                             ("tmpatch", lambda x=x, minlength=minlength: patched(x, minlength))):
                 if name == "mesh" and size * minlength > MESH_LIMIT:
                     cells.append(f"{'skipped (> 2 GiB)':>22}")
                     continue

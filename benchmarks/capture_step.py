@@ -55,8 +55,7 @@ def child(args: argparse.Namespace, variant: str) -> None:
         tmpatch.apply()
     from torch._dynamo.utils import counters
     from torchmetrics import MeanMetric, MetricCollection
-    from torchmetrics.classification import (MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision,
-                                             MulticlassRecall)
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, MulticlassRecall
 
     device = torch.device(args.device)
     torch.manual_seed(0)

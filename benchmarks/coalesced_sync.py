@@ -133,7 +133,6 @@ def _quartiles(values: List[float]) -> Tuple[float, float, float]:
 def main(argv: List[str]) -> int:
     import torch
     import torch.multiprocessing as mp
-
     import torchmetrics
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

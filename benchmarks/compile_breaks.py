@@ -40,6 +40,15 @@ METRICS = (
 N, C, L = 16, 5, 4
 
 
+def _updater(metric: Any) -> Any:
+    """``metric.update`` in a plain function (a closure over this metric only), for torch.compile."""
+
+    def step(*args: Any) -> None:
+        metric.update(*args)
+
+    return step
+
+
 def _child(names: List[str], patched: bool, steps: int) -> None:
     import warnings
 
@@ -88,10 +97,7 @@ def _child(names: List[str], patched: bool, steps: int) -> None:
         g = torch.Generator().manual_seed(0)
         batches = [inputs(g) for _ in range(steps)]
 
-        def step(*args: Any) -> None:
-            metric.update(*args)
-
-        compiled = torch.compile(step, backend="eager")
+        compiled = torch.compile(_updater(metric), backend="eager")
         row: Dict[str, Any] = {"metric": name}
         try:
             compiled(*batches[0])
@@ -106,7 +112,7 @@ def _child(names: List[str], patched: bool, steps: int) -> None:
                        own=any("_increment" in r for r in counters["graph_break"]))
             fresh, _ = build(name)
             torch._dynamo.reset()
-            explained = torch._dynamo.explain(lambda *args: fresh.update(*args))(*batches[0])
+            explained = torch._dynamo.explain(_updater(fresh))(*batches[0])
             row["sites"] = sorted({f"{os.path.basename(b.user_stack[-1].filename)}:{b.user_stack[-1].lineno}"
                                    for b in explained.break_reasons if b.user_stack})
         except Exception as exc:  # noqa: BLE001 - the outcome to report

@@ -81,10 +81,9 @@ def main(argv: List[str]) -> int:
     import tmpatch
 
     tmpatch.apply()
+    import compile_step
     import torch._dynamo
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-
-    import compile_step
 
     torch.manual_seed(0)
     if args.model == "mlp":

@@ -57,8 +57,14 @@ BASE = "eager patched"
 
 def _metrics(which: str, classes: int):
     from torchmetrics import MeanMetric, MetricCollection
-    from torchmetrics.classification import (MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score,
-                                             MulticlassPrecision, MulticlassPrecisionRecallCurve, MulticlassRecall)
+    from torchmetrics.classification import (
+        MulticlassAccuracy,
+        MulticlassConfusionMatrix,
+        MulticlassF1Score,
+        MulticlassPrecision,
+        MulticlassPrecisionRecallCurve,
+        MulticlassRecall,
+    )
 
     kw = {"num_classes": classes, "validate_args": False}
     if which == "published":

@@ -75,8 +75,7 @@ def child(validate: bool, labels: bool, patched: bool, backend: str, steps: int)
 
     recompiles = _count_recompiles(torch)
     from torchmetrics import MeanMetric
-    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, \
-        MulticlassRecall
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, MulticlassRecall
 
     sys.path.insert(0, HERE)
     from compile_step import make_step

@@ -17,9 +17,9 @@ import time
 from typing import Any, Callable, List, Tuple
 
 import torch
+from torchmetrics import classification as cls
 
 import tmpatch
-from torchmetrics import classification as cls
 
 
 def _cases() -> List[Tuple[str, Callable[[], Any], Tuple[Any, ...]]]:

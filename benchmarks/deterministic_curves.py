@@ -16,9 +16,9 @@ import warnings
 
 import torch
 import torchmetrics
+from torchmetrics import classification as cls
 
 import tmpatch
-from torchmetrics import classification as cls
 
 warnings.simplefilter("ignore")
 torch.manual_seed(0)

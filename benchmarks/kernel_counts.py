@@ -140,8 +140,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import torchmetrics
 
     import tmpatch
-    from tmpatch.audit.panel.rows import ROWS
-    from tmpatch.audit.panel.rows import _resolve
+    from tmpatch.audit.panel.rows import ROWS, _resolve
 
     times = gpu_times(args.gpu_times) if args.gpu_times else {}
     which = "second call" if args.updates == 1 else f"mean of calls 2 to {args.updates + 1}"

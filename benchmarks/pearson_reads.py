@@ -37,12 +37,12 @@ def _life(cls: type) -> List[Tuple[str, int]]:
     metric = cls().to("cuda")
     rows = []
     for i in range(3):
-        rows.append((f"update {i + 1}", _syncs(lambda: metric.update(*batch[i]))))
+        rows.append((f"update {i + 1}", _syncs(lambda i=i: metric.update(*batch[i]))))
     rows.append(("reset", _syncs(metric.reset)))
     for i in range(2):
-        rows.append((f"update {i + 1} after reset", _syncs(lambda: metric.update(*batch[i]))))
+        rows.append((f"update {i + 1} after reset", _syncs(lambda i=i: metric.update(*batch[i]))))
     for i in range(3):
-        rows.append((f"forward {i + 1}", _syncs(lambda: metric(*batch[i]))))
+        rows.append((f"forward {i + 1}", _syncs(lambda i=i: metric(*batch[i]))))
     copy = metric.clone()
     rows.append(("update of a clone", _syncs(lambda: copy.update(*batch[0]))))
     rows.append(("next update of the clone", _syncs(lambda: copy.update(*batch[1]))))

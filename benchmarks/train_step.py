@@ -52,8 +52,7 @@ class ConvNet(nn.Module):
 def build_metrics(classes: int) -> List[Any]:
     """The published case's five metrics (build after ``tmpatch.apply()`` for the patched variant)."""
     from torchmetrics import MeanMetric
-    from torchmetrics.classification import (MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision,
-                                             MulticlassRecall)
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, MulticlassRecall
 
     return [MeanMetric()] + [cls(num_classes=classes, validate_args=False) for cls in
                              (MulticlassAccuracy, MulticlassPrecision, MulticlassRecall, MulticlassF1Score)]

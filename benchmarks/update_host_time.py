@@ -22,7 +22,7 @@ import io
 import pstats
 import statistics
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 import torch
 
@@ -34,8 +34,7 @@ def _sync(device: torch.device) -> None:
 
 def _metrics(classes: int) -> Dict[str, Any]:
     from torchmetrics import MeanMetric
-    from torchmetrics.classification import (MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision,
-                                             MulticlassRecall)
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, MulticlassRecall
 
     made: Dict[str, Any] = {"MeanMetric": MeanMetric()}
     for cls in (MulticlassAccuracy, MulticlassPrecision, MulticlassRecall, MulticlassF1Score):

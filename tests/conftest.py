@@ -16,8 +16,7 @@ import pytest
 
 import tmpatch
 from tmpatch.runtime import deferred, host
-from tmpatch.runtime.deferred import landing as deferred_landing
-from tmpatch.runtime.deferred import books as deferred_books
+from tmpatch.runtime.deferred import books as deferred_books, landing as deferred_landing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

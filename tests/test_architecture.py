@@ -97,7 +97,7 @@ def _imports_inside_functions():
             with open(path, encoding="utf-8") as handle:
                 tree = ast.parse(handle.read(), path)
 
-            def visit(node, qualname, in_function):
+            def visit(node, qualname, in_function, module=module, base=base):
                 for child in ast.iter_child_nodes(node):
                     if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                         name = f"{qualname}.{child.name}" if qualname else child.name

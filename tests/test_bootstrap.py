@@ -19,8 +19,8 @@ from typing import Dict, Optional, Sequence
 import pytest
 
 import tmpatch.bootstrap
-from tmpatch.patches import NAMES
 from tests.conftest import edited_release, lazily_imported_patches
+from tmpatch.patches import NAMES
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

@@ -11,16 +11,14 @@ import tempfile
 import types
 
 import pytest
+import torchmetrics  # noqa: E402  (status imports it; import it once here)
 
 import tmpatch
-from tmpatch import cli
-from tmpatch.control import settings
-from tmpatch import patches as catalogue
+from tmpatch import cli, patches as catalogue
 from tmpatch.bootstrap import DIRECTORY as BOOT
-from tmpatch.patches import NAMES
+from tmpatch.control import settings
 from tmpatch.control.report import State
-
-import torchmetrics  # noqa: E402  (status imports it; import it once here)
+from tmpatch.patches import NAMES
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

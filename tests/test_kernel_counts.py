@@ -27,8 +27,7 @@ def kernel_counts():
 
 
 def test_no_panel_row_launches_more_kernels_than_the_release(kernel_counts):
-    from tmpatch.audit.panel.rows import ROWS
-    from tmpatch.audit.panel.rows import _resolve
+    from tmpatch.audit.panel.rows import ROWS, _resolve
 
     over, counted = [], 0
     for row in ROWS:

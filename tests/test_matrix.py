@@ -7,12 +7,11 @@ import os
 import sys
 import time
 
+import pytest
 from packaging.version import Version
 
 from tmpatch import patches as catalogue
 from tmpatch.spec import describe
-import pytest
-
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

@@ -12,9 +12,9 @@ import sys
 import zipfile
 
 import tmpatch
+from tests.conftest import ROOT, edited_release
 from tmpatch import patches as catalogue
 from tmpatch.control import likeness
-from tests.conftest import ROOT, edited_release
 
 TOOL = os.path.join(ROOT, "tools", "new_release.py")
 SSIM = "torchmetrics.functional.image.ssim._ssim_update"

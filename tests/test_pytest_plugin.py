@@ -7,14 +7,13 @@ import re
 import sys
 
 import pytest
+import torchmetrics  # noqa: E402  (imported once: pytester drops modules first imported in a run)
 import wrapt
 
 import tmpatch
 import tmpatch.pytest_plugin  # noqa: F401  (imported once, outside the inner runs)
-from tmpatch.patches import NAMES
 from tests.conftest import lazily_imported_patches
-
-import torchmetrics  # noqa: E402  (imported once: pytester drops modules first imported in a run)
+from tmpatch.patches import NAMES
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

@@ -52,8 +52,8 @@ if TYPE_CHECKING:  # pragma: no cover
         status,
     )
     from tmpatch.control.capture import capture  # noqa: F401
-    from tmpatch.patches.coalesced_sync.wire import CoalescedSyncError  # noqa: F401
     from tmpatch.control.report import PatchStatus, Report, State  # noqa: F401
+    from tmpatch.patches.coalesced_sync.wire import CoalescedSyncError  # noqa: F401
 
 
 def __getattr__(name: str) -> object:

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import tmpatch
 from tmpatch import __version__
@@ -215,7 +215,8 @@ def _run(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("run: no command given; usage: tmpatch run [OPTIONS] -- COMMAND [ARGS...]")
-    options = {"patches": _names(args.patches, "--patches"), "exclude": _names(args.exclude, "--exclude")}
+    options: Dict[str, Any] = {"patches": _names(args.patches, "--patches"),
+                               "exclude": _names(args.exclude, "--exclude")}
     for setting in settings.SETTINGS:
         if setting.kind == settings.FLAG:
             options[setting.name] = True if getattr(args, setting.name) else None

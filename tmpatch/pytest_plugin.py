@@ -26,7 +26,7 @@ but pytest; tmpatch itself is imported when an option or fixture is used.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -105,7 +105,7 @@ def _import_host(config: Any) -> None:
     config._tmpatch_session = (tm.status(), config._tmpatch_session[1])
 
 
-def pytest_report_header(config: Any) -> Optional[str]:
+def pytest_report_header(config: Any) -> Optional[List[str]]:
     session = getattr(config, "_tmpatch_session", None)
     if session is None:
         return None

@@ -37,7 +37,7 @@ def told(build: Callable[[ModuleType, Recognised], Callable[..., Any]]) -> Build
     target (another target's implementation, or code the patch relies on). A patch never
     fingerprints code itself: it maps the fingerprints it declared to what they mean."""
     setattr(build, TOLD, True)
-    return build  # type: ignore[return-value]
+    return build  # type: ignore[return-value]  # called with the recognised too
 
 
 #: the attribute the engine reads a replacement's gate from (``tmpatch.engine.layers.GATE``)
@@ -193,7 +193,8 @@ def contains(releases: Releases, release: str) -> bool:
 class _Value:
     """A value of the vocabulary, as a frozen dataclass is one (its fields set once, then compared,
     hashed, shown and pickled by them), without being made as one: making a dataclass compiles
-    six functions, and the catalogue's classes are made in every process that applies tmpatch."""
+    six functions, and the catalogue's classes are made in every process that applies tmpatch.
+    Each subclass annotates its ``__slots__`` for type checkers (annotations alone: no class attributes)."""
 
     __slots__: Tuple[str, ...] = ()
 
@@ -208,7 +209,7 @@ class _Value:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._fields() == other._fields()  # type: ignore[attr-defined]
+        return self._fields() == other._fields()
 
     def __hash__(self) -> int:
         return hash(self._fields())
@@ -232,6 +233,8 @@ class Edit(_Value):
     ``replace`` (source text, may be empty): see :mod:`tmpatch.engine.rewrite`."""
 
     __slots__ = ("find", "replace")
+    find: str
+    replace: str
 
     def __init__(self, find: str, replace: str = "") -> None:
         self._set(find, replace)
@@ -245,6 +248,8 @@ class Rewrite(_Value):
     Several patches may edit one target: their edits are applied together."""
 
     __slots__ = ("edits", "names")
+    edits: Tuple[Edit, ...]
+    names: Optional[Callable[[ModuleType], Dict[str, Any]]]
 
     def __init__(self, edits: Tuple[Edit, ...],
                  names: Optional[Callable[[ModuleType], Dict[str, Any]]] = None) -> None:
@@ -261,6 +266,9 @@ class Variant(_Value):
     """
 
     __slots__ = ("releases", "fingerprint", "build")
+    releases: Releases
+    fingerprint: str
+    build: Union[Builder, Rewrite, None]
 
     def __init__(self, releases: Releases, fingerprint: str, build: Union[Builder, Rewrite, None] = None) -> None:
         self._set(releases, fingerprint, build)
@@ -277,6 +285,11 @@ class Target(_Value):
     helper other code uses too, such as ``to_onehot``, that the patch needs only there)."""
 
     __slots__ = ("module", "qualname", "variants", "present", "shared")
+    module: str
+    qualname: str
+    variants: Tuple[Variant, ...]
+    present: Optional[Releases]
+    shared: bool
 
     def __init__(self, module: str, qualname: str, variants: Tuple[Variant, ...],
                  present: Optional[Releases] = None, shared: bool = False) -> None:
@@ -299,6 +312,9 @@ class Decline(_Value):
     is *unsupported*, a problem); False: these releases do not have it (*not-needed*)."""
 
     __slots__ = ("releases", "reason", "needed")
+    releases: Releases
+    reason: str
+    needed: bool
 
     def __init__(self, releases: Releases, reason: str, needed: bool = True) -> None:
         self._set(releases, reason, needed)
@@ -312,6 +328,9 @@ class Together(_Value):
     ``targets`` is (a group). ``reason``: why, in the words of the row that names them."""
 
     __slots__ = ("reason", "targets", "on")
+    reason: str
+    targets: Tuple[str, ...]
+    on: Tuple[str, ...]
 
     def __init__(self, reason: str, targets: Tuple[str, ...] = (), on: Tuple[str, ...] = ()) -> None:
         self._set(reason, targets, on)
@@ -325,6 +344,9 @@ class Requirement(_Value):
     another patch wrap it; which fingerprint was found is what a :func:`told` builder is told."""
 
     __slots__ = ("module", "qualname", "fingerprints")
+    module: str
+    qualname: str
+    fingerprints: Tuple[Optional[str], ...]
 
     def __init__(self, module: str, qualname: str, fingerprints: Tuple[Optional[str], ...]) -> None:
         self._set(module, qualname, fingerprints)
@@ -354,6 +376,9 @@ class Setting(_Value):
     again), unless somebody else has set it since: theirs is left, and the row says so."""
 
     __slots__ = ("module", "qualname", "value")
+    module: str
+    qualname: str
+    value: Callable[[ModuleType], Any]
 
     def __init__(self, module: str, qualname: str, value: Callable[[ModuleType], Any]) -> None:
         self._set(module, qualname, value)
@@ -378,6 +403,13 @@ class Label(_Value):
     for the labels it carries)."""
 
     __slots__ = ("category", "reason", "function", "file", "op", "kind", "patch")
+    category: str
+    reason: str
+    function: str
+    file: str
+    op: str
+    kind: str
+    patch: str
 
     def __init__(self, category: str, reason: str, function: str = ".*", file: str = "", op: str = ".*",
                  kind: str = ".*", patch: str = "") -> None:

@@ -41,6 +41,7 @@ sys.path.insert(0, HERE)
 
 from fingerprints import _release, _source  # noqa: E402
 from matrix import EVERY_RELEASE, patch_tests  # noqa: E402
+
 from tmpatch import patches as catalogue  # noqa: E402
 from tmpatch.control import gating, likeness  # noqa: E402
 from tmpatch.control.report import State  # noqa: E402

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tmpatch import patches as catalogue  # noqa: E402
 from tmpatch.engine.fingerprint import source_fingerprint  # noqa: E402
 
+
 def _index_url() -> str:
     """torch's page on the package index pip is configured with (``PIP_INDEX_URL``, else pip's
     configuration), PyPI where neither names one."""

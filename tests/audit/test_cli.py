@@ -7,11 +7,10 @@ import json
 import pytest
 
 import tmpatch
+from tests.audit.helpers import counts_with_bincount, release_in
 from tmpatch import cli as tmpatch_cli
 from tmpatch.audit import cli
 from tmpatch.audit.panel import rows as panel_rows, run as panel, text as panel_text
-
-from tests.audit.helpers import counts_with_bincount, release_in
 
 pytest.importorskip("torchmetrics")
 

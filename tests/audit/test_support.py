@@ -5,9 +5,8 @@ import textwrap
 
 import pytest
 
-from tmpatch.audit import cli, support
-
 from tests.audit.helpers import once_per_torch
+from tmpatch.audit import cli, support
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

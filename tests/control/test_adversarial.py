@@ -27,15 +27,14 @@ from unittest import mock
 
 import pytest
 import torch
+import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
 
 import tmpatch
-from tmpatch.control import api, gating
+from tests.conftest import run_python, torch_at_least
 from tmpatch import patches as catalogue
+from tmpatch.control import api, gating
 from tmpatch.engine.fingerprint import fingerprint
 from tmpatch.engine.references import PatchError, resolve
-from tests.conftest import release_in, run_python, torch_at_least
-
-import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
 
 needs_torch_2_5 = pytest.mark.skipif(not torch_at_least(2, 5), reason="coalesced_sync needs torch 2.5 or later")
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")

@@ -8,16 +8,21 @@ import sys
 import types
 
 import pytest
+import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
 import wrapt
+from torchmetrics.utilities import compute, distributed
 
 import tmpatch
+from tests.conftest import (
+    edited_release,
+    fingerprints_under,
+    lazily_imported_patches,
+    release_in,
+    run_python,
+    torch_at_least,
+)
 from tmpatch import patches as catalogue
 from tmpatch.spec import Variant
-from tests.conftest import (edited_release, fingerprints_under, lazily_imported_patches, release_in, run_python,
-                            torch_at_least)
-
-import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
-from torchmetrics.utilities import compute, distributed
 
 SAFE_DIVIDE_FIXED = release_in(">=1.9.0")
 GATHER_FIXED = release_in(">=1.6.0")

@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
+import torchmetrics  # noqa: F401,E402  (apply() works on the imported release)
 
 import tmpatch
-from tmpatch.control import selection, settings
-from tmpatch.runtime import policies
+from tmpatch.control import selection
 from tmpatch.patches import NAMES
-
-import torchmetrics  # noqa: F401,E402  (apply() works on the imported release)
+from tmpatch.runtime import policies
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

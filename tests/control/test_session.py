@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import pytest
+import torchmetrics  # noqa: F401,E402  (apply() works on the imported release)
 
 import tmpatch
-from tmpatch.control import session
 from tests.conftest import run_python
-
-import torchmetrics  # noqa: F401,E402  (apply() works on the imported release)
+from tmpatch.control import session
 
 
 @pytest.fixture

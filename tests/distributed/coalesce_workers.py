@@ -203,7 +203,7 @@ def _forward(counter: Counter, key: str, rank: int, world: int) -> Dict[str, Any
     steps = []
     counter.take()
     for step in range(STEPS):
-        got = attempt(lambda: metric(key, step, rank, rows_for(rank, world, False)))
+        got = attempt(lambda step=step: metric(key, step, rank, rows_for(rank, world, False)))
         got["calls"] = counter.take()
         steps.append(got)
     final = attempt(metric.compute)
@@ -294,9 +294,9 @@ def _errors(counter: Counter, rank: int, world: int) -> Dict[str, Any]:
 
 def run_all(rank: int, world: int, modes: Sequence[str], empty_ok: bool) -> Dict[str, Any]:
     import torch.distributed as dist
+    import torchmetrics
 
     import tmpatch  # noqa: F401 - before torchmetrics, as a user would
-    import torchmetrics
 
     sub = dist.new_group([1, 2]) if world == 3 else None
     counter = Counter()
@@ -370,8 +370,9 @@ def run_releases(rank: int, world: int, init_method: str, out_dir: str, folders:
     sys.path.insert(0, folders[rank])
     _init(rank, world, init_method)
     try:
-        import tmpatch
         import torchmetrics
+
+        import tmpatch
 
         tmpatch.apply("coalesced_sync")
         counter = Counter()

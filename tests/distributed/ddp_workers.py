@@ -231,9 +231,9 @@ def _nonmember_check(group: Any) -> str:
 
 def run_all(rank: int, world_size: int, modes: Sequence[str]) -> Dict[str, Any]:
     import torch.distributed as dist
+    import torchmetrics
 
     import tmpatch  # noqa: F401 - before torchmetrics, as a user would
-    import torchmetrics
 
     classes = _metric_classes()
     groups: Dict[Tuple[int, ...], Any] = {}

@@ -186,7 +186,7 @@ def test_two_all_gathers_per_metric_and_per_collection(run, world, mode):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_compute_groups_formed(run, world):
-    for rank, result in run(world).items():
+    for result in run(world).values():
         for mode in ("unpatched",) + MODES:
             groups = result["cases"][mode]["groups"]["groups"]
             assert sorted(map(sorted, groups.values())) == [["acc", "prec", "rec"], ["confmat"], ["mean"], ["sum"]]
@@ -222,7 +222,7 @@ def test_disagreeing_ranks_raise_one_clear_error_everywhere(run, world):
         for case in ("version", "structure", "empty-dtype", "lengths", "kind"):
             messages = {results[rank]["cases"][mode]["errors"][case].get("error") for rank in results}
             assert len(messages) == 1, (mode, case, messages)
-    for rank, result in results.items():
+    for result in results.values():
         for mode in MODES:
             errors = result["cases"][mode]["errors"]
             version = errors["version"]

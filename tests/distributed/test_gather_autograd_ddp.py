@@ -37,10 +37,10 @@ import torch
 
 from . import ddp_launch
 from .ddp_workers import (
-    D,
     GATHER_CASES,
     SCENARIOS,
     SUBGROUP,
+    D,
     Scenario,
     batch,
     fail_rank,

@@ -102,6 +102,7 @@ def test_a_strangers_layer_on_top_is_never_unwrapped(toy):
 def test_a_failing_rebind_leaves_everything_as_it_was(toy, monkeypatch):
     import toypkg.core as core
     import toypkg.user as user
+
     from tmpatch.engine import references
 
     original = core.target
@@ -162,6 +163,7 @@ def test_a_failing_hook_never_breaks_the_import(toy, caplog):
 def test_a_batch_shares_one_sweep_and_sees_modules_imported_meanwhile(toy, monkeypatch):
     import toypkg.core as core
     import toypkg.user as user
+
     from tmpatch.engine import references
 
     built = []
@@ -282,6 +284,7 @@ def test_a_mock_of_an_importers_binding_is_left_to_the_mock(toy):
 def test_a_gated_replacement_runs_only_while_its_gate_answers(toy):
     """A replacement with a gate (spec.gated) is not called while the gate's get() answers None."""
     import toypkg.core as core
+
     from tmpatch import spec
     from tmpatch.engine import layers
     from tmpatch.runtime.compiled import ContextSlot

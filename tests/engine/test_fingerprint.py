@@ -3,8 +3,8 @@ import textwrap
 
 import pytest
 
-from tmpatch.engine.fingerprint import FingerprintError, fingerprint, source_fingerprint
 from tests.conftest import fingerprints_under
+from tmpatch.engine.fingerprint import FingerprintError, fingerprint, source_fingerprint
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

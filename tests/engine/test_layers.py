@@ -27,6 +27,7 @@ def test_an_inline_replacement_is_installed_itself_and_passes_through_once_remov
     """spec.inline: the owner holds the form itself (no wrapper's frame), bound to a route that
     the engine turns off on removal, so a reference left behind calls the original alone."""
     import toypkg.core as core
+
     from tmpatch import spec
 
     key = ("toypkg.core", "Thing.method")
@@ -61,6 +62,7 @@ def test_an_inline_replacement_is_installed_itself_and_passes_through_once_remov
 def test_an_inline_layer_given_another_form_puts_its_copy_in_every_place(toy):
     import toypkg.core as core
     import toypkg.user as user
+
     from tmpatch import spec
 
     def plus_one(x, *, _tmpatch_route):
@@ -151,6 +153,7 @@ def test_an_inline_form_rebuilt_by_a_later_apply_runs_in_the_layers_one_function
     """A later apply builds the form again (a new closure of the same code): the layer keeps its
     installed function, which runs the new form's values."""
     import toypkg.core as core
+
     from tmpatch import spec
 
     def build(step):

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import torch
 from hypothesis import given, settings, strategies as st
-
-import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
 from torchmetrics.classification import BinaryHingeLoss, MulticlassHingeLoss, MultilabelCoverageError
 from torchmetrics.functional.classification import binary_hinge_loss, multiclass_hinge_loss
+
+import tmpatch
+from tests.conftest import assert_bitwise, examples, release_in
 
 C = 4
 #: name -> (build, batch maker); validate_args=False: validation reads the data by design

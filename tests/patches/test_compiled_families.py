@@ -13,8 +13,7 @@ import torch
 
 import tmpatch
 from tests.conftest import assert_bitwise, release_in
-from tests.patches.test_compiled_update import heavy
-from tests.patches.test_compiled_update import pytestmark as _torch_2_5
+from tests.patches.test_compiled_update import heavy, pytestmark as _torch_2_5
 
 pytestmark = _torch_2_5  # torch 2.5+
 

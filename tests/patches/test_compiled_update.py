@@ -298,8 +298,8 @@ def _compiled_accuracy(steps: int = 3) -> Tuple[Any, Callable[[], None]]:
 
 
 def test_the_count_waits_on_the_device_until_host_code_reads_it():
-    from tmpatch.runtime.compiled import pending
     from tmpatch.patches.compiled_update import tally_of
+    from tmpatch.runtime.compiled import pending
 
     metric, _ = _compiled_accuracy(3)
     tally = tally_of(metric)
@@ -723,8 +723,7 @@ def _labels_step(steps: int) -> Dict[str, Any]:
     and graphs at the first step, the graphs it compiled at each later step, and whether a frame
     compiled before was compiled again after the first step (a guard that failed: a recompile)."""
     from torchmetrics import MeanMetric
-    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, \
-        MulticlassRecall
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, MulticlassRecall
 
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(64, 10, generator=g), torch.randint(0, 10, (64,), generator=g)) for _ in range(steps)]
@@ -809,8 +808,7 @@ def test_a_step_given_class_labels_with_validation_breaks_and_compiles_no_more_t
 def _labels_step_eager(batches: List[Tuple[torch.Tensor, torch.Tensor]]) -> List[Any]:
     """:func:`_labels_step`'s updates, made eagerly."""
     from torchmetrics import MeanMetric
-    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, \
-        MulticlassRecall
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, MulticlassRecall
 
     metrics = [MeanMetric()] + [cls(num_classes=10, validate_args=True) for cls in (
         MulticlassAccuracy, MulticlassPrecision, MulticlassRecall, MulticlassF1Score)]

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torchmetrics.utilities import data
 
 import tmpatch
 from tests.conftest import assert_bitwise, release_in
-from torchmetrics.utilities import data
 
 pytestmark = pytest.mark.skipif(not release_in(">=1.0.0,<1.4.1"),
                                 reason="cumsum_device is not needed on this release (0.10-0.11 have no _cumsum)")

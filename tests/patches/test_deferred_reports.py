@@ -20,19 +20,17 @@ from typing import Any, Callable, List, Tuple
 
 import pytest
 import torch
-
-import tmpatch
-from tests.conftest import assert_bitwise, release_in, run_python
-from tmpatch.runtime import deferred
-from torchmetrics import Metric, MetricCollection
+from torchmetrics import Metric, MetricCollection, wrappers
 from torchmetrics.aggregation import MeanMetric, SumMetric
 from torchmetrics.classification import (
     BinaryAUROC,
     MulticlassAccuracy,
     MulticlassConfusionMatrix,
 )
-from torchmetrics import wrappers
 from torchmetrics.wrappers import BootStrapper, ClasswiseWrapper, MetricTracker, MinMaxMetric, MultioutputWrapper
+
+import tmpatch
+from tests.conftest import assert_bitwise, release_in, run_python
 
 #: reports wait for a settle point here, as on a GPU before the evidence's copy lands (reports at a
 #: later update, at the metric's collection and at exit: tests/runtime/test_deferred_landing.py and

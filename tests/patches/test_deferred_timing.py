@@ -23,18 +23,17 @@ import gc
 import logging
 import os
 import re
-import sys
 import textwrap
 import warnings
 
 import pytest
 import torch
+from torchmetrics.aggregation import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
 
 import tmpatch
 from tests.conftest import release_in, run_python
 from tmpatch.runtime.deferred import landing
-from torchmetrics.aggregation import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy
 
 NAN = float("nan")
 SPELLING = "Encounted" if release_in("<1.2.1") else "Encountered"

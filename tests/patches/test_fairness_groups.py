@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
 from tests.patches.eager import assert_eager_is_the_release
-from tmpatch.runtime import deferred
 from tmpatch.patches import fairness_groups as patch
+from tmpatch.runtime import deferred
 
 if release_in("<1.0.0"):
     pytest.skip("BinaryFairness came in 1.0.0 (tests/test_api.py checks the row on 0.10-0.11)", allow_module_level=True)

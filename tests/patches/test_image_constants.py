@@ -8,11 +8,10 @@ import warnings
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
+from torchmetrics import image as I
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
-from tmpatch.runtime import device_tensors as helper
-from torchmetrics import image as I
 
 IMG = "torchmetrics.functional.image"
 PAD_MODULE = f"{IMG}.utils" if release_in(">=1.3.2") else f"{IMG}.helper"

@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
 from tests.patches.eager import assert_eager_is_the_release
-from tmpatch.runtime import deferred
 from tmpatch.patches import legacy_dice_checks as patch
+from tmpatch.runtime import deferred
 
 pytestmark = [pytest.mark.skipif(release_in(">=1.7.0"), reason="Dice was removed in 1.7.0"),
               pytest.mark.skipif(release_in("<0.11.0"), reason="0.10 is declined (test_api checks the row)"),

@@ -6,16 +6,17 @@ from typing import Any, Callable, List
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+import torchmetrics.functional.classification.calibration_error  # noqa: F401
 
-import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
-from torchmetrics import classification as cls
 # the modules, not the functions of the same name that the package exports
 import torchmetrics.functional.classification.confusion_matrix  # noqa: F401
 import torchmetrics.functional.classification.precision_recall_curve  # noqa: F401
 import torchmetrics.functional.classification.stat_scores  # noqa: F401
-import torchmetrics.functional.classification.calibration_error  # noqa: F401
+from hypothesis import given, settings, strategies as st
+from torchmetrics import classification as cls
+
+import tmpatch
+from tests.conftest import assert_bitwise, examples, release_in
 
 NEEDED = release_in("<1.6.1")
 needed = pytest.mark.skipif(not NEEDED, reason="fixed upstream in 1.6.1 (the patch reports not-needed)")

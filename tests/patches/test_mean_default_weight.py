@@ -6,10 +6,10 @@ import warnings
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
+from torchmetrics import MeanMetric
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
-from torchmetrics import MeanMetric
+from tests.conftest import assert_bitwise, examples, release_in
 
 DEFAULT_WEIGHT_COPIES = release_in("<1.6.2")
 VALUES = [0.0, 1.0, -2.5, 3.0, 1e30, float("inf"), float("nan")]

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
-
-import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in, run_python
-from tmpatch.control import settings as tm_settings
-from tmpatch.runtime import policies
 from torchmetrics import aggregation
 from torchmetrics.aggregation import BaseAggregator, CatMetric, MaxMetric, MeanMetric, MinMetric, SumMetric
+
+import tmpatch
+from tests.conftest import assert_bitwise, examples, release_in, run_python
+from tmpatch.control import settings as tm_settings
+from tmpatch.runtime import policies
 
 #: the Running wrappers (1.0.0+)
 RUNNING = [getattr(aggregation, name) for name in ("RunningMean", "RunningSum") if hasattr(aggregation, name)]

@@ -7,8 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
-from tmpatch.runtime import deferred
-from tmpatch.runtime import policies
+from tmpatch.runtime import deferred, policies
 
 if release_in("<0.11.0"):
     pytest.skip("the nominal metrics came in 0.11.0 (test_status_on_0x checks the row)", allow_module_level=True)
@@ -86,7 +85,7 @@ def _cases(draw):
     for _ in range(draw(st.integers(1, 3))):
         n = draw(st.integers(1, 12))
 
-        def column():
+        def column(n=n):
             if form == "probabilities":  # (N, C): the update takes the argmax
                 return torch.tensor(draw(st.lists(st.floats(0, 1, width=32), min_size=n * classes,
                                                   max_size=n * classes))).reshape(n, classes)

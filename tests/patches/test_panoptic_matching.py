@@ -8,8 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
-from tmpatch.patches import panoptic_matching as patch
+from tests.conftest import assert_bitwise, examples, release_in
 
 if release_in("<1.0.0"):
     pytest.skip("PanopticQuality came in 1.0.0 (tests/test_api.py checks the 0.x row)", allow_module_level=True)
@@ -88,7 +87,7 @@ def _cases(draw):
         batch, height, width = draw(st.integers(1, 3)), draw(st.integers(1, 7)), draw(st.integers(1, 7))
         n = batch * height * width
 
-        def colors(pool):
+        def colors(pool, n=n, batch=batch, height=height, width=width):
             cats = draw(st.lists(st.sampled_from(pool), min_size=n, max_size=n))
             inst = draw(st.lists(st.integers(0, instances - 1), min_size=n, max_size=n))
             return torch.stack([torch.tensor(cats), torch.tensor(inst)], -1).reshape(batch, height, width, 2).to(dtype)

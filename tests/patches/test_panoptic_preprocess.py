@@ -11,7 +11,6 @@ import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
 from tests.patches.eager import assert_eager_is_the_release
 from tmpatch.runtime import deferred
-from tmpatch.patches import panoptic_preprocess as patch
 
 if release_in("<1.0.0"):
     pytest.skip("PanopticQuality came in 1.0.0 (tests/test_api.py checks the 0.x row)", allow_module_level=True)

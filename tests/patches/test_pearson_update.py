@@ -7,11 +7,11 @@ import warnings
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
-
-import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
 from torchmetrics.functional.regression import pearson_corrcoef
 from torchmetrics.regression import ConcordanceCorrCoef, PearsonCorrCoef
+
+import tmpatch
+from tests.conftest import assert_bitwise, examples, release_in
 
 NEEDED = release_in(">=1.0.0,<1.7.4")  # 0.10-0.11: no branch on the counts, no read
 needed = pytest.mark.skipif(not NEEDED, reason="fixed upstream in 1.7.4; 0.10-0.11 never read")

@@ -5,11 +5,11 @@ import importlib
 
 import torch
 from hypothesis import given, settings, strategies as st
-
-import tmpatch
-from tests.conftest import examples, assert_bitwise
 from torchmetrics.functional.text.perplexity import perplexity
 from torchmetrics.text import Perplexity
+
+import tmpatch
+from tests.conftest import assert_bitwise, examples
 
 
 def _apply() -> None:

@@ -5,11 +5,11 @@ import importlib
 
 import pytest
 import torch
+from torchmetrics.audio import PermutationInvariantTraining
+from torchmetrics.functional.audio import scale_invariant_signal_noise_ratio
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, release_in
-from torchmetrics.audio import PermutationInvariantTraining
-from torchmetrics.functional.audio import scale_invariant_signal_noise_ratio
 
 PIT = importlib.import_module("torchmetrics.functional.audio.pit")
 #: where the release builds its table (0.10-0.11: inside the exhaustive search)

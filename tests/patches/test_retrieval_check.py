@@ -4,13 +4,13 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
+from torchmetrics import retrieval as R
+from torchmetrics.functional import retrieval as F
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 from tests.patches.eager import assert_eager_is_the_release
 from tmpatch.runtime import deferred
-from torchmetrics import retrieval as R
-from torchmetrics.functional import retrieval as F
 
 #: one class per release ``update`` (RetrievalMetric's and RetrievalPrecisionRecallCurve's) and a few heirs
 CLASSES = {
@@ -140,12 +140,12 @@ def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(
     """The bad values sit in a query that compute() skips (no positive target: its sum is 0),
     so the release's compute, which checks each query again, passes and the report is ours."""
     preds, indexes = torch.tensor([0.2, 0.7, 0.4, 0.3]), torch.tensor([0, 0, 1, 1])
-    for bad, target in BAD_TARGETS.items():
+    for target in BAD_TARGETS.values():
         with pytest.raises(ValueError, match="`target` must contain `binary` values"):  # upstream: in update()
             R.RetrievalMAP().update(preds, target, indexes=indexes)
     _apply()
     cpu_shortcuts(shortcuts)
-    for bad, target in BAD_TARGETS.items():
+    for target in BAD_TARGETS.values():
         metric = R.RetrievalMAP()
         metric.update(preds, target, indexes=indexes)  # no error here
         metric.update(preds, target, indexes=indexes)

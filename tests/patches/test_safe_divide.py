@@ -6,10 +6,10 @@ import os
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
+from torchmetrics.utilities import compute
 
 import tmpatch
-from tests.conftest import examples, CallTrace, assert_bitwise, release_in
-from torchmetrics.utilities import compute
+from tests.conftest import CallTrace, assert_bitwise, examples, release_in
 
 NEEDED = release_in("<1.9.0")
 HAS_ZERO_DIVISION = release_in(">=1.4.0")

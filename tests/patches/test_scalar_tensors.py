@@ -7,12 +7,11 @@ import warnings
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
+from torchmetrics import classification as C, regression as R
+from torchmetrics.text import Perplexity
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
-from torchmetrics import classification as C
-from torchmetrics import regression as R
-from torchmetrics.text import Perplexity
 
 FUNCTIONS = {  # module, function
     "exact_mc": ("torchmetrics.functional.classification.exact_match", "_multiclass_exact_match_update"),

@@ -8,14 +8,14 @@ import warnings
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
+from torchmetrics.audio import SignalDistortionRatio
+from torchmetrics.functional.audio import signal_distortion_ratio
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 from tests.patches.eager import assert_eager_is_the_release
-from tmpatch.runtime import deferred
 from tmpatch.patches import sdr_solve as patch
-from torchmetrics.audio import SignalDistortionRatio
-from torchmetrics.functional.audio import signal_distortion_ratio
+from tmpatch.runtime import deferred
 
 
 @pytest.fixture(autouse=True)

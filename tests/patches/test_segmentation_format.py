@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
+from tests.conftest import assert_bitwise, examples, release_in
 
 NEEDED = release_in(">=1.4.0,<1.5.0")
 pytestmark = pytest.mark.skipif(not NEEDED, reason="the format is an argument from 1.5.0; no function before 1.4.0")

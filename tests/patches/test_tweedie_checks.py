@@ -7,14 +7,14 @@ import warnings
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
+from torchmetrics.functional.regression import tweedie_deviance_score
+from torchmetrics.regression import TweedieDevianceScore
 
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 from tests.patches.eager import assert_eager_is_the_release
-from tmpatch.runtime import deferred
 from tmpatch.patches import tweedie_checks as patch
-from torchmetrics.functional.regression import tweedie_deviance_score
-from torchmetrics.regression import TweedieDevianceScore
+from tmpatch.runtime import deferred
 
 POWERS = {1: "poisson", 2: "positive", -1: "negative_power", 1.5: "compound", 3: "positive"}
 

@@ -6,15 +6,15 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torchmetrics import MeanMetric, Metric
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 import tmpatch
 from tests.conftest import assert_bitwise, torch_at_least, torchmetrics_release
 from tmpatch.control import api, gating
-from tmpatch.patches import update_bookkeeping
 from tmpatch.control.report import State
+from tmpatch.patches import update_bookkeeping
 from tmpatch.spec import Requirement
-from torchmetrics import MeanMetric, Metric
-from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 #: the torch code the patch stands for is recognised from torch 2.1.2: with torch 2.0 it is left alone
 TORCH_KNOWN = torch_at_least(2, 1)

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
+from tests.conftest import assert_bitwise, examples, release_in
 
 pytestmark = pytest.mark.skipif(release_in("<1.1.0"), reason="VisualInformationFidelity arrived in 1.1.0")
 

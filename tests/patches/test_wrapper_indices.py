@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
-
-import tmpatch
-from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 from torchmetrics import MeanSquaredError
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.wrappers import BootStrapper, MultioutputWrapper
+
+import tmpatch
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,8 @@ import textwrap
 import pytest
 import torch
 
-from tmpatch.runtime import compiled
 from tmpatch.engine.core import Engine
+from tmpatch.runtime import compiled
 
 #: nothing here depends on the torchmetrics release: the matrix runs it with each torch's first
 pytestmark = pytest.mark.once

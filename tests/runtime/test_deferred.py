@@ -17,11 +17,11 @@ import warnings
 
 import pytest
 import torch
+from torchmetrics import Metric
 
 import tmpatch
 from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred import books
-from torchmetrics import Metric
 
 #: reports wait for a settle point here, as on a GPU before the evidence's copy lands (the reports
 #: that come at a later update, or where a metric or process goes: test_deferred_landing.py)
@@ -35,7 +35,7 @@ def _reporter(top, found, all_ranks):
     total = sum(count for _, count in found)
     if total >= 100:
         raise ValueError(f"{total} negative values")
-    warnings.warn(f"{total} negative values clipped", UserWarning)
+    warnings.warn(f"{total} negative values clipped", UserWarning, stacklevel=1)
 
 
 TOY = deferred.Record("toy", _reporter)
@@ -43,7 +43,7 @@ TOY = deferred.Record("toy", _reporter)
 
 def _other(top, found, all_ranks):
     REPORTS.append(("other", [count for _, count in found], all_ranks))
-    warnings.warn("other record", UserWarning)
+    warnings.warn("other record", UserWarning, stacklevel=1)
 
 
 OTHER = deferred.Record("toy_other", _other)

@@ -17,12 +17,12 @@ import warnings
 
 import pytest
 import torch
+from torchmetrics import Metric
 
 import tmpatch
 from tests.conftest import run_python
 from tmpatch.runtime import deferred
-from tmpatch.runtime.deferred import endings, landing
-from torchmetrics import Metric
+from tmpatch.runtime.deferred import landing
 
 REPORTS = []
 
@@ -33,7 +33,7 @@ def _reporter(top, found, all_ranks):
     if getattr(top, "strict", False):
         raise ValueError(f"{total} negative values in {type(top).__name__} (reported at {deferred.point()})")
     warnings.warn(f"{total} negative values clipped in {type(top).__name__} (reported at {deferred.point()})",
-                  UserWarning)
+                  UserWarning, stacklevel=1)
 
 
 LANDED = deferred.Record("toy_landed", _reporter)

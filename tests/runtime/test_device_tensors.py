@@ -57,9 +57,9 @@ def test_default_float_dtype_is_read_at_each_call():
 
 @pytest.mark.parametrize("data", [torch.tensor(3), [[1, 2]], list(range(helper.MAX_FILLS + 1)), [1j]])
 def test_other_data_is_left_to_torch_tensor(data):
-    from tmpatch.audit import SyncKind, audit
-
     import warnings
+
+    from tmpatch.audit import SyncKind, audit
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.tensor(a tensor) warns, in both

@@ -115,7 +115,7 @@ def _spec_through_the_hooks(options: dict):
 
     if options.get("strict"):
         wrapt.register_post_import_hook(lambda module: _check_strict(options), HOST)
-    elif HOST not in getattr(wrapt.importer, "_post_import_hooks", {HOST: None}):
+    elif HOST not in getattr(wrapt.importer, "_post_import_hooks", {HOST: None}):  # type: ignore[attr-defined]  # not in stubs
         return None
     return importlib.util.find_spec(HOST)
 
@@ -146,7 +146,7 @@ def _configure_logging(level: str) -> None:
     if not any(getattr(handler, "_tmpatch", False) for handler in logger.handlers):
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s [pid %(process)d] %(message)s"))
-        handler._tmpatch = True  # type: ignore[attr-defined]
+        handler._tmpatch = True  # type: ignore[attr-defined]  # marks tmpatch's handler
         logger.addHandler(handler)
         logger.propagate = False
 

@@ -14,14 +14,13 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from tmpatch import patches as catalogue
-from tmpatch.engine import cache
-from tmpatch.runtime import compiled
-from tmpatch.control import gating, likeness, selection, settings
-from tmpatch.engine.core import Engine, collector_paused
-from tmpatch.spec import LEAVE, Patch, Recognised, Requirement, Setting, Target, Variant
+from tmpatch.control import gating, likeness, selection
 from tmpatch.control.report import PatchStatus, Report, State
-from tmpatch.runtime import wrappers
+from tmpatch.engine import cache
+from tmpatch.engine.core import Engine, collector_paused
+from tmpatch.runtime import compiled, wrappers
 from tmpatch.runtime.policies import current as current_policies
+from tmpatch.spec import LEAVE, Patch, Recognised, Requirement, Setting, Target, Variant
 
 log = logging.getLogger("tmpatch")
 

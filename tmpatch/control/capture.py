@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import logging
 import types
-from typing import Any, Dict, Hashable, List, Optional, Tuple
+from typing import Any, Dict, Hashable, List, Optional
 
 import torch
 

@@ -178,7 +178,7 @@ def read(environ=None, valid_names=None) -> Settings:
         elif setting.name == "log_level":
             log_level = value
     problems.extend(_misspelt(environ))
-    result = Settings(enabled, options, log_level, problems, policies)
+    result = Settings(enabled, options, log_level, problems, policies)  # type: ignore[arg-type]  # log_level parses to a name
     if valid_names is not None:
         result.check_names(tuple(valid_names))
     return result

@@ -11,11 +11,11 @@ import sys
 import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from tmpatch.engine import rewrite
 from tmpatch import spec
-from tmpatch.engine.references import PatchError
-from tmpatch.engine.fingerprint import FingerprintError, fingerprint
 from tmpatch.control.report import State
+from tmpatch.engine import rewrite
+from tmpatch.engine.fingerprint import FingerprintError, fingerprint
+from tmpatch.engine.references import PatchError
 from tmpatch.spec import Patch, Requirement, Rewrite, Target, Variant
 
 Found = List[Tuple[Target, Variant]]
@@ -141,7 +141,7 @@ def recognise(patch: Patch, release: Optional[str], original: Original,
         problem = _requirement(requirement, original)[1]
         if problem:
             break
-    return judge(patch, release, looked, problem)  # type: ignore[arg-type]
+    return judge(patch, release, looked, problem)
 
 
 #: what was found at one target: the target, the variant its code is (None: not recognised), and why not
@@ -246,7 +246,7 @@ def build(variant: Variant, module: Any, told: spec.Recognised) -> Optional[Call
     if isinstance(variant.build, Rewrite) or variant.build is None:
         return None
     if getattr(variant.build, spec.TOLD, False):
-        return variant.build(module, told)  # type: ignore[call-arg]
+        return variant.build(module, told)  # type: ignore[call-arg]  # a told builder
     return variant.build(module)
 
 

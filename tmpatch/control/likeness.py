@@ -15,8 +15,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from tmpatch import patches as catalogue
-from tmpatch import spec
+from tmpatch import patches as catalogue, spec
 from tmpatch.spec import Target
 
 #: what the gating found at a target: its fingerprint, or None (absent, or not a function of the release)
@@ -55,7 +54,7 @@ def expected(target: Target, release: str) -> Tuple[bool, Optional[str]]:
     return True, narrowest.fingerprint
 
 
-def _narrow(bounds: Tuple[Optional[Version], Optional[Version]]) -> Tuple[Version, Version]:
+def _narrow(bounds: Tuple[Optional[Version], Optional[Version]]) -> Tuple[Version, float]:
     """A key by which a nested range sorts after the range around it: its first release later, or its last earlier."""
     first, last = bounds
     return (first or Version("0"), -_ordinal(last))

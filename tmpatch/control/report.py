@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tmpatch import patches, spec
 from tmpatch.control.settings import unknown_names
@@ -133,7 +133,7 @@ class Report(Sequence[PatchStatus]):
         """Whether the code is not that of a release tmpatch knows (``release`` says how far it is)."""
         return bool(self._rows) and self.release != self._rows[0].release
 
-    def __getitem__(self, key):  # type: ignore[override]
+    def __getitem__(self, key):
         if isinstance(key, str):
             for row in self._rows:
                 if row.name == key:
@@ -208,9 +208,9 @@ class Report(Sequence[PatchStatus]):
             target_width = max(len(_target_cell(paths, target_width)) for paths in targets)
             reason_width = max(20, room - 2 - target_width)
         widths = fixed + [target_width]
-        lines = [self._COLUMNS]
+        lines: List[Tuple[str, ...]] = [self._COLUMNS]
         clipped = False
-        body = []
+        body: List[Tuple[str, ...]] = []
         for row, paths in zip(self._rows, targets):
             cell = _target_cell(paths, target_width)
             clipped = clipped or cell != ", ".join(paths)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from types import ModuleType
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 from tmpatch.control import env, settings
 
@@ -106,7 +106,7 @@ def check_policies(policies: Dict[str, Any], where: str = "tmpatch.apply") -> Di
     """The policy keywords that are set (``None``: leave as is), checked;
     ``TypeError`` for an unknown keyword or a non-string, ``ValueError`` for
     an unknown value."""
-    checked = {}
+    checked: Dict[str, str] = {}
     for name, value in policies.items():
         setting = settings.POLICIES.get(name)
         if setting is None:
@@ -115,7 +115,7 @@ def check_policies(policies: Dict[str, Any], where: str = "tmpatch.apply") -> Di
             raise TypeError(f"{where}() got an unexpected keyword argument {name!r}{hint}; "
                             f"policies: {', '.join(settings.POLICIES)}")
         if value is not None:
-            checked[name] = setting.check(value)
+            checked[name] = cast(str, setting.check(value))  # a policy's value: one of its choices
     return checked
 
 

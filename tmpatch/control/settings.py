@@ -127,7 +127,7 @@ class Setting:
     def to_text(self, value: object) -> str:
         """The inverse of :meth:`parse`."""
         if self.kind == NAMES or (self.kind == FLAG_OR_NAMES and not isinstance(value, bool)):
-            return ",".join(value)  # type: ignore[arg-type]
+            return ",".join(value)  # type: ignore[arg-type]  # names: a tuple of str
         if isinstance(value, bool):
             return "1" if value else "0"
         return str(value)
@@ -204,11 +204,11 @@ def _from_env(name: str, environ=None) -> str:
     setting = POLICIES[name]
     raw = (os.environ if environ is None else environ).get(setting.variable)
     if raw is None:
-        return setting.default
+        return setting.default  # type: ignore[return-value]  # a policy's default is its first choice (str)
     try:
-        return setting.parse(raw)  # type: ignore[return-value]
+        return setting.parse(raw)  # type: ignore[return-value]  # a policy parses to one of its choices (str)
     except ValueError:
-        return setting.default
+        return setting.default  # type: ignore[return-value]  # a policy's default is its first choice (str)
 
 
 policies.current.update({name: _from_env(name) for name in POLICIES})
@@ -218,7 +218,7 @@ def set_policy(name: str, value: str) -> None:
     """Set ``tmpatch.runtime.policies.current[name]``; ``KeyError``/``TypeError``/``ValueError`` name the valid ones."""
     if name not in POLICIES:
         raise KeyError(f"tmpatch: no policy {name!r}; policies: {', '.join(POLICIES)}")
-    policies.current[name] = POLICIES[name].check(value)  # type: ignore[assignment]
+    policies.current[name] = POLICIES[name].check(value)  # type: ignore[assignment]  # a choice (str)
 
 
 #: messages already shown in this process (the bootstrap, the CLI and apply()

@@ -75,11 +75,11 @@ class Loader(SourceFileLoader):
         self.stat = os.stat(path)  # before the source is read: a change while it is read is a miss later
         return {"mtime": self.stat.st_mtime, "size": self.stat.st_size}
 
-    def source_to_code(self, data: Any, path: Any, *, _optimize: int = -1) -> Any:  # type: ignore[override]
+    def source_to_code(self, data: Any, path: Any, *, _optimize: int = -1) -> Any:  # type: ignore[override]  # CPython's signature
         stat, self.stat = self.stat, None
         optimize = sys.flags.optimize if _optimize == -1 else _optimize
         where = _entry(self.name, path) if stat is not None and isinstance(path, str) else ""
-        stamp = _stamp(path, stat, optimize) if where else b""
+        stamp = _stamp(path, stat, optimize) if where and stat is not None else b""  # where: stat was taken
         code = _read(where, stamp) if where else None
         if code is None:
             code = super().source_to_code(data, path, _optimize=_optimize)

@@ -150,7 +150,7 @@ def file_digest(path: str) -> Optional[str]:
 def source_key(func: Any) -> Optional[Key]:
     """``(path, digest of the file, first line, qualname)`` of a plain function whose source
     file can be read; None otherwise (the function is then not cached)."""
-    code = getattr(func, "__code__", None)
+    code: Any = getattr(func, "__code__", None)  # not None once its co_filename is a path
     path = getattr(code, "co_filename", None)
     if not isinstance(path, str) or not os.path.isabs(path) or not path.endswith(".py"):
         return None

@@ -355,8 +355,9 @@ class Engine:
     def disarm(self, module_name: Optional[str] = None) -> None:
         """Disarm one hook, or all; also drop them from wrapt's registry."""
         names = list(self._hooks) if module_name is None else [module_name]
-        registry = getattr(wrapt.importer, "_post_import_hooks", None)
-        registry_lock = getattr(wrapt.importer, "_post_import_hooks_lock", None)
+        # wrapt's stubs leave out wrapt.importer (there at run time)
+        registry = getattr(wrapt.importer, "_post_import_hooks", None)  # type: ignore[attr-defined]  # see above
+        registry_lock = getattr(wrapt.importer, "_post_import_hooks_lock", None)  # type: ignore[attr-defined]  # see above
         for name in names:
             hook = self._hooks.pop(name, None)
             if hook is None or not isinstance(registry, dict) or registry_lock is None:

@@ -294,7 +294,7 @@ def _main(argv: List[str]) -> int:
     """``python -m tmpatch.engine.fingerprint module:qualname``: print a fingerprint."""
     for spec in argv:
         module_name, _, qualname = spec.partition(":")
-        obj = importlib.import_module(module_name)
+        obj: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             obj = getattr(obj, part)
         sys.stdout.write(f"{fingerprint(obj)}  {spec}\n")

@@ -132,7 +132,7 @@ def _matching(layer: Layer) -> Optional[Callable[..., Any]]:
     exec(_compiled(_MATCHING.format(params=", ".join(params), args=args), f"<tmpatch wrapper of {layer.key[1]}>"),
          {}, namespace)  # noqa: S102 - tmpatch's own template
     wrapper = namespace["_tmpatch_make"](layer, original)
-    wrapper._tmpatch_params = (positional, keyword)  # type: ignore[attr-defined]  # for _check_takes
+    wrapper._tmpatch_params = (positional, keyword)  # for _check_takes
     wrapper.__defaults__ = original.__defaults__
     wrapper.__kwdefaults__ = dict(original.__kwdefaults__) if original.__kwdefaults__ else None
     return wrapper
@@ -235,5 +235,5 @@ def _copy(layer: Layer, inline: Callable[..., Any]) -> Any:
                               inline.__closure__)
     functools.update_wrapper(copy, layer.original)
     _bind(copy, layer, inline)
-    copy._self_tmpatch_key = layer.key  # type: ignore[attr-defined]
+    copy._self_tmpatch_key = layer.key  # type: ignore[attr-defined]  # marks tmpatch's own layer
     return copy

@@ -15,8 +15,8 @@ once its patch is reverted it calls the release's function (:func:`_route`). Kno
 nothing of torchmetrics.
 """
 from __future__ import annotations
-
 import __future__
+
 import ast
 import collections
 import copy
@@ -24,11 +24,10 @@ import inspect
 import marshal
 import textwrap
 import types
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from tmpatch.engine import cache, fingerprint
 from tmpatch.spec import ROUTE, Route, inline
-
 
 _FUTURE_FLAGS = 0
 for _feature in __future__.all_feature_names:
@@ -168,7 +167,7 @@ def _apply(function: ast.FunctionDef, edit: Any) -> None:
             if hasattr(child, "lineno"):
                 ast.copy_location(child, first)
     _keep_lines(new, block[start:start + len(wanted)])
-    _splice(new, matched[0].body if len(matched) == 1 else None)  # type: ignore[attr-defined]
+    _splice(new, matched[0].body if len(matched) == 1 else None)
     block[start:start + len(wanted)] = new
     if not block:
         block.append(ast.copy_location(ast.Pass(), first))
@@ -189,7 +188,7 @@ def _route(function: ast.FunctionDef) -> None:
         raise RewriteError(f"{function.name} already has a parameter {ROUTE}")
     arguments.kwonlyargs.append(ast.copy_location(ast.arg(arg=ROUTE), function))
     arguments.kw_defaults.append(None)  # the default is set on the function (a Route, always on)
-    call = [ast.Name(a.arg, ast.Load()) for a in arguments.posonlyargs + arguments.args]
+    call: List[ast.expr] = [ast.Name(a.arg, ast.Load()) for a in arguments.posonlyargs + arguments.args]
     if arguments.vararg is not None:
         call.append(ast.Starred(ast.Name(arguments.vararg.arg, ast.Load()), ast.Load()))
     keywords = [ast.keyword(a.arg, ast.Name(a.arg, ast.Load())) for a in arguments.kwonlyargs[:-1]]
@@ -241,9 +240,9 @@ def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str,
     if indent:  # a method: the file's columns (tracebacks underline by them), not the dedented ones
         for node in _nodes(tree):
             if getattr(node, "col_offset", None) is not None:
-                node.col_offset += indent
+                node.col_offset += indent  # type: ignore[attr-defined]  # ast.AST declares no positions: checked above
             if getattr(node, "end_col_offset", None) is not None:
-                node.end_col_offset += indent
+                node.end_col_offset += indent  # type: ignore[attr-defined]  # ast.AST declares no positions: checked above
     function = tree.body[0] if tree.body else None
     if not isinstance(function, ast.FunctionDef) or function.name != func.__name__:
         raise RewriteError(f"the source of {func.__qualname__} is not one plain function")
@@ -255,9 +254,9 @@ def _compile(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str,
         _route(function)
     # a factory whose parameters are the helpers: the edited function closes over them
     module = ast.parse(f"def __tmpatch_rewrite__({', '.join(helpers)}):\n    return {function.name}\n")
-    factory = module.body[0]
+    factory = cast(ast.FunctionDef, module.body[0])  # the def parsed just above
     factory.body.insert(0, function)
-    outside = [module]  # the factory's own nodes take the function's place: not the function's
+    outside: List[ast.AST] = [module]  # the factory's own nodes take the function's place: not the function's
     while outside:
         node = outside.pop()
         if hasattr(node, "lineno"):
@@ -285,7 +284,7 @@ def _stored(func: types.FunctionType, edits: Sequence[Any], helpers: Tuple[str, 
             if type(stored) is types.CodeType:
                 return stored
     compiled = _compile(func, edits, helpers)
-    if key is not None and cache.read_as_inspect(source[0], source[1]):  # type: ignore[index]
+    if key is not None and cache.read_as_inspect(source[0], source[1]):  # type: ignore[index]  # a key only with a source
         cache.put(cache.COMPILED, key, marshal.dumps(compiled))
     return compiled
 
@@ -329,7 +328,7 @@ def rewrite(func: Callable[..., Any], edits: Sequence[Any], names: Optional[Mapp
     new.__module__ = func.__module__
     new.__doc__ = func.__doc__
     new.__dict__.update(func.__dict__)
-    new.__wrapped__ = func  # type: ignore[attr-defined]
+    new.__wrapped__ = func
     return new
 
 
@@ -354,5 +353,5 @@ def replacement(original: Callable[..., Any], module: Any, rewrites: Sequence[An
     else:  # a generator: called through the replacement
         def made(release: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             return edited(*args, **kwargs)
-    made.edited = edited  # type: ignore[attr-defined]
+    made.edited = edited  # type: ignore[attr-defined]  # a mark on the function
     return made

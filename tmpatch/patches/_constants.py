@@ -9,7 +9,7 @@ called.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Hashable, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 from tmpatch.runtime.compiled import compiling
 
@@ -17,10 +17,10 @@ from tmpatch.runtime.compiled import compiling
 MAX_ENTRIES = 256
 
 #: (kind, key..., device) -> the constant
-_CACHE: Dict[Tuple[Hashable, ...], Any] = {}
+_CACHE: Dict[Tuple[Any, ...], Any] = {}  # keys: tuples of hashables
 
 
-def cached(key: Tuple[Hashable, ...], make: Callable[[], Any]) -> Any:
+def cached(key: Tuple[Any, ...], make: Callable[[], Any]) -> Any:
     """The constant of ``key`` (which names its device), made by ``make()`` on first use."""
     found = _CACHE.get(key)
     if found is None:

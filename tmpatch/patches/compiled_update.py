@@ -65,13 +65,11 @@ bit for bit, in eager code; ``revert()`` folds what is pending and removes the d
 from __future__ import annotations
 
 import logging
-import sys
 import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional
 
-from tmpatch.runtime import compiled
-from tmpatch.runtime import policies
+from tmpatch.runtime import compiled, policies
 from tmpatch.runtime.compiled import compiling, pending
 from tmpatch.spec import LEAVE, Edit, Patch, Rewrite, Setting, Target, Together, Variant, since, span
 

@@ -42,7 +42,7 @@ def _builder(message: str) -> Callable[[ModuleType], Callable[..., Any]]:
             if deterministic() and x.is_cuda and x.is_floating_point() and sys.platform != "win32":
                 rank_zero_warn(message, warning_class)
                 return x.cpu().cumsum(dim=dim, dtype=dtype).to(x.device)
-            return cumsum(x, dim=dim, dtype=dtype)
+            return cumsum(x, dim=dim, dtype=dtype)  # type: ignore[arg-type]  # None: torch's own error, as unpatched
 
         return _cumsum
 

@@ -62,7 +62,7 @@ def _settling(metric: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
     try:
         functools.update_wrapper(compute, inner)
     except (AttributeError, TypeError):  # a callable without the usual attributes
-        compute.__wrapped__ = inner  # type: ignore[attr-defined]
+        compute.__wrapped__ = inner  # type: ignore[attr-defined]  # as functools.wraps sets it
     return compute
 
 

@@ -50,13 +50,11 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.runtime import host
-from tmpatch.runtime import deferred
+from tmpatch.runtime import deferred, host
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.runtime.device_tensors import to_device
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Together, Variant, gated, since, span
-
 
 _NOTE = ("reported at {point} instead of in update(). Unlike without tmpatch, those batches were added to the "
          "metric's states: reset() discards them. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)")
@@ -181,7 +179,7 @@ def build_distances(module: ModuleType) -> Callable[..., Any]:
     """``edge_surface_distance``: in a marked update, one distance per pixel (the caller takes the maximum)."""
     import torch
 
-    float32, int64, inf = torch.float32, torch.int64, float("inf")
+    float32, inf = torch.float32, float("inf")
     metrics = ("euclidean", "chessboard", "taxicab")
 
     def terms(n: int, scale: Any, metric: str, device: Any) -> Any:

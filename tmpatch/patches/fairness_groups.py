@@ -41,9 +41,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.runtime import host
+from tmpatch.runtime import deferred, host
 from tmpatch.runtime.compiled import compiling
-from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Together, Variant, since, span
 

@@ -58,7 +58,6 @@ from types import ModuleType
 from typing import Any, Dict, Tuple
 
 from tmpatch.runtime import host
-from tmpatch.runtime import device_tensors
 from tmpatch.runtime.device_tensors import built, swap
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 

@@ -42,14 +42,25 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from tmpatch.runtime import host
+from tmpatch.runtime import deferred, host
 from tmpatch.runtime.compiled import compiling
-from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.runtime.device_tensors import built, swap
-from tmpatch.spec import (INHERENT, PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Together, Variant, gated,
-                          since, span)
-
+from tmpatch.spec import (
+    INHERENT,
+    PATCHED,
+    Decline,
+    Edit,
+    Label,
+    Patch,
+    Rewrite,
+    Target,
+    Together,
+    Variant,
+    gated,
+    since,
+    span,
+)
 
 #: check key -> the release's message (the same text in 1.0.0-1.6.3)
 MESSAGES = {

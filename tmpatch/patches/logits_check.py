@@ -43,7 +43,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict
 
 from tmpatch.runtime.compiled import compiling
-from tmpatch.spec import Edit, Label, Patch, Rewrite, Target, UPSTREAM, Variant, since, span
+from tmpatch.spec import UPSTREAM, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 _CHECK = "if not torch.all((preds >= 0) * (preds <= 1)):\n    preds = preds.{}\n"
 #: 0.10-0.11 spell the same test ``(0 <= preds)``

@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any, Callable, Optional
 
 from tmpatch.runtime.compiled import compiling
-from tmpatch.spec import Label, PATCHED, Patch, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Label, Patch, Target, Variant, since, span
 
 _SCALARS = (float, int, bool)
 _INT64 = (-(2**63), 2**63)

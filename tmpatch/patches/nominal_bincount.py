@@ -44,9 +44,9 @@ import sys
 from types import ModuleType
 from typing import Any, Callable, Dict, Tuple
 
+from tmpatch.patches.bincount import counting
 from tmpatch.runtime import host, wrappers
 from tmpatch.runtime.compiled import compiling
-from tmpatch.patches.bincount import counting
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Route, Target, Variant, inline, since, span
 
 _CONFUSION = "torchmetrics.functional.classification.confusion_matrix"

@@ -34,8 +34,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, Tuple
 
-from tmpatch.runtime.device_tensors import device_tensor
 from tmpatch.patches.panoptic_preprocess import MATCHING
+from tmpatch.runtime.device_tensors import device_tensor
 from tmpatch.spec import PATCHED, Decline, Label, Patch, Target, Variant, since, span
 
 #: the most points of one sample on the device path (each matched IoU sum stays exact in double)

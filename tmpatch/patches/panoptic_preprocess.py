@@ -46,15 +46,13 @@ from __future__ import annotations
 import contextlib
 import textwrap
 from types import ModuleType
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
-from tmpatch.runtime import host
+from tmpatch.runtime import deferred, host
 from tmpatch.runtime.compiled import ContextSlot, compiling
-from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import waits
 from tmpatch.runtime.device_tensors import device_tensor
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Together, Variant, since, span
-
 
 #: the most runs of consecutive ids tested one by one; more use a lookup table
 MAX_RUNS = 4

@@ -26,7 +26,6 @@ from tmpatch.runtime import host
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Variant, since, span
 
 
-
 def _names(module: ModuleType) -> Dict[str, Any]:
     import torch
 

@@ -36,14 +36,12 @@ one of each class ``update``).
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Tuple
 
-from tmpatch.runtime import host
+from tmpatch.runtime import deferred, host
 from tmpatch.runtime.compiled import compiling
-from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Target, Together, Variant, gated, since, span
-
 
 #: the release's message (the same text in every release 1.0.0-1.9.0)
 MESSAGE = "`target` must contain `binary` values"

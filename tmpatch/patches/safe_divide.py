@@ -20,7 +20,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable
 
-from tmpatch.spec import Label, PATCHED, Patch, Target, Variant, since, span
+from tmpatch.spec import PATCHED, Label, Patch, Target, Variant, since, span
 
 
 def _build_1_0(module: ModuleType) -> Callable[..., Any]:

@@ -33,7 +33,6 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict, Optional, Tuple
 
-
 from tmpatch.runtime.device_tensors import built, swap
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Releases, Rewrite, Target, Variant, since, span
 

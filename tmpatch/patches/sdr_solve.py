@@ -33,11 +33,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Tuple
 
-from tmpatch.runtime import host, deferred
-from tmpatch.runtime.deferred.marking import Marker
+from tmpatch.runtime import deferred, host
 from tmpatch.runtime.compiled import compiling
-from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Together, Variant, since, span, inline
-
+from tmpatch.runtime.deferred.marking import Marker
+from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Together, Variant, inline, since, span
 
 #: torch's message for a singular system (``torch.linalg.solve``, torch 2.1-2.13)
 MESSAGE = "torch.linalg.solve: The solver failed because the input matrix is singular."

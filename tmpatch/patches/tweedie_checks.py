@@ -30,14 +30,12 @@ one of the class ``update``).
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
-from tmpatch.runtime import host
+from tmpatch.runtime import deferred, host
 from tmpatch.runtime.compiled import compiling
-from tmpatch.runtime import deferred
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Together, Variant, since, span
-
 
 #: check key -> the release's message after ``For power={power}, ``
 MESSAGES = {

@@ -20,7 +20,6 @@ from typing import Any, Callable, Optional, Tuple
 
 from tmpatch.runtime import host
 
-
 #: the most elements filled one by one (each element is one fill kernel)
 MAX_FILLS = 16
 
@@ -54,6 +53,7 @@ def _build() -> Tuple[Callable[..., Any], Callable[..., Any]]:
         where = device if type(device) is device_type else device_type(device)
         if host.host_device(where):
             return tensor(data, dtype=dtype, device=device)
+        shape: Tuple[int, ...]
         if kind in _NUMBERS:
             items, shape = (data,), ()
         elif kind in (list, tuple, torch.Size) and 0 < len(data) <= MAX_FILLS \

@@ -11,10 +11,10 @@ import warnings
 import pytest
 import torch
 
-from tmpatch.audit.oracle import api
-from tmpatch.audit.calibrate import cases, cli as calibrate_cli
 from tmpatch.audit import cli
+from tmpatch.audit.calibrate import cases, cli as calibrate_cli
 from tmpatch.audit.calibrate.run import Outcome, compare
+from tmpatch.audit.oracle import api
 
 pytest.importorskip("torchmetrics")
 
@@ -149,8 +149,8 @@ def test_real_audit_plumbing_on_stubs(monkeypatch):
 
     def reads(x):
         value = x.sum().item()
-        warnings.warn("called a synchronizing CUDA operation")  # what torch says in "warn" mode
-        warnings.warn("something else", UserWarning)
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)  # what torch says in "warn" mode
+        warnings.warn("something else", UserWarning, stacklevel=1)
         return value
 
     with pytest.warns(UserWarning, match="something else"):

@@ -4,9 +4,8 @@ import warnings
 import pytest
 import torch
 
-from tmpatch.audit import SyncError, SyncKind, audit, count_syncs, no_sync, to_sim_cuda
-
 from tests.audit.helpers import marked_line
+from tmpatch.audit import SyncError, SyncKind, audit, count_syncs, no_sync, to_sim_cuda
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -37,9 +36,9 @@ def test_a_metric_built_before_apply_is_audited_as_it_runs():
     """A metric built before ``tmpatch.apply()`` keeps the release's update (and has no book of
     deferred reports): it syncs on every update. The audit's copy must do what the object does,
     not what a metric built now would do."""
-    import tmpatch
     from torchmetrics import MeanMetric
 
+    import tmpatch
     from tmpatch.audit.oracle.api import audit_simulated
 
     tmpatch.revert()

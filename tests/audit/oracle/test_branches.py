@@ -3,10 +3,9 @@ of a value read (validation errors, warnings, deferred reports) that one plausib
 import pytest
 import torch
 
+from tests.audit.helpers import marked_line
 from tmpatch.audit import SyncKind, audit, audit_branches
 from tmpatch.runtime.deferred import AUDIT_TAG
-
-from tests.audit.helpers import marked_line
 
 
 def validated(x):

@@ -108,9 +108,10 @@ def test_no_tmpatch_code_breaks_a_wrapped_aggregations_update() -> None:
 def test_the_audit_compiles_copies_and_leaves_the_originals_count() -> None:
     """The copies keep their originals' own update functions: the tally those hold (the count of
     compiled updates) must be the copy's, or the audit's compiled calls count for the original."""
+    from torchmetrics.classification import MulticlassAccuracy
+
     import tmpatch
     from tmpatch.audit.panel.rows import update_all
-    from torchmetrics.classification import MulticlassAccuracy
 
     tmpatch.apply()
     metric = MulticlassAccuracy(num_classes=3, validate_args=False)

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import sys
 
-import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-import tmpatch
 from tmpatch.audit.oracle import caches
 from tmpatch.audit.sweep.run import run_sweep
 

@@ -6,10 +6,9 @@ import textwrap
 import pytest
 import torch
 
+from tests.audit.helpers import once_per_torch
 from tmpatch.audit import audit, simulated_cuda
 from tmpatch.audit.oracle import guard
-
-from tests.audit.helpers import once_per_torch
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

@@ -2,9 +2,8 @@
 import pytest
 import torch
 
-from tmpatch.audit import SyncKind, audit
-
 from tests.audit.helpers import counts_with_bincount, release_in
+from tmpatch.audit import SyncKind, audit
 
 pytest.importorskip("torchmetrics")
 

@@ -1,13 +1,10 @@
 """The oracle on small functions with known sync points, and known sync-free ones."""
+import pytest
 import torch
 
-from tmpatch.audit import SyncKind, audit
-from tmpatch.audit import classify
-from tmpatch.runtime.deferred import AUDIT_TAG
-
 from tests.audit.helpers import marked_line
-import pytest
-
+from tmpatch.audit import SyncKind, audit, classify
+from tmpatch.runtime.deferred import AUDIT_TAG
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

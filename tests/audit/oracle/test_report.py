@@ -1,11 +1,10 @@
 """AuditReport, SyncPoint, SyncKind and SyncError."""
 import json
 
+import pytest
 import torch
 
 from tmpatch.audit import AuditReport, SyncError, SyncKind, SyncPoint
-import pytest
-
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
 

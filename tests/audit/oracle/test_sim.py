@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from tmpatch.audit.oracle import guard
 from tmpatch.audit import simulated_cuda, to_sim_cuda
+from tmpatch.audit.oracle import guard
 from tmpatch.audit.oracle.sim import cuda_device
 
 pytestmark = pytest.mark.once  # nothing here depends on the torchmetrics release
@@ -91,9 +91,10 @@ def test_legacy_new_with_values_is_a_host_to_device_copy(data):
 def test_the_audits_copy_of_a_metric_leaves_its_pending_report_with_it():
     """copy_modules deep-copies the caller's metric: a copy tmpatch makes for itself is no settle
     point of the deferred reports (the caller's metric keeps its report for its own compute)."""
+    from torchmetrics.aggregation import MeanMetric
+
     import tmpatch
     from tmpatch.audit.oracle.sim import copy_modules
-    from torchmetrics.aggregation import MeanMetric
 
     tmpatch.apply("nan_check")
     try:

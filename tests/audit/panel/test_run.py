@@ -7,12 +7,12 @@ import json
 import pytest
 
 import tmpatch
+from tests.audit.helpers import counts_with_bincount, release_in
 from tmpatch.audit import SyncKind, SyncPoint
 from tmpatch.audit.panel import rows as panel_rows, run as panel_module
+from tmpatch.audit.panel.run import TOLERATED, label_for, run_panel
 from tmpatch.control.report import State
-from tmpatch.audit.panel.run import INHERENT, PATCH, TOLERATED, UPSTREAM, VALIDATION, label_for, run_panel
-
-from tests.audit.helpers import counts_with_bincount, release_in
+from tmpatch.spec import INHERENT, PATCHED as PATCH, UPSTREAM, VALIDATION
 
 #: the release's own count on CUDA: ``torch.bincount`` (from 0.10.2; 0.10.0-0.10.1 use ``index_add_``, no read)
 BINCOUNT = ["aten.bincount"] if counts_with_bincount() else []

@@ -9,11 +9,10 @@ import pytest
 import torch
 
 import tmpatch
+from tests.audit.helpers import marked_line, release_in
 from tmpatch.audit import cli
 from tmpatch.audit.oracle.report import SyncKind
 from tmpatch.audit.step.run import StepError, audit_step, load, takes_device
-
-from tests.audit.helpers import marked_line, release_in
 
 HERE = os.path.abspath(__file__)
 values = []

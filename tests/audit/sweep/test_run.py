@@ -149,8 +149,8 @@ def test_cli_all_prints_the_sweep(sweep, monkeypatch, capsys):
 
 
 def test_calibration_finds_the_sweep():
-    from tmpatch.audit.sweep import run as sweep_module
     from tmpatch.audit.calibrate.cases import sweep_sources
+    from tmpatch.audit.sweep import run as sweep_module
 
     assert sweep_sources()["sweep"] is sweep_module.calibration_cases
 

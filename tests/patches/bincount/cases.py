@@ -7,10 +7,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from hypothesis import strategies as st
+from torchmetrics import classification as cls
 
 import tmpatch
 from tests.conftest import assert_bitwise, release_in
-from torchmetrics import classification as cls
 
 #: the start of the report a patched compute() raises
 MESSAGE = "tmpatch bincount: "

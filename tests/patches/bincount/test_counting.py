@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
-
-import tmpatch
-from tests.conftest import examples, assert_bitwise
-from tests.patches.bincount import cases
-from tmpatch.runtime import deferred
-from tmpatch.patches.bincount import counting
 from torchmetrics import classification as cls
 from torchmetrics.utilities import data
+
+import tmpatch
+from tests.conftest import assert_bitwise, examples
+from tests.patches.bincount import cases
+from tmpatch.patches.bincount import counting
+from tmpatch.runtime import deferred
 
 DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
 

@@ -7,11 +7,11 @@ import importlib
 
 import pytest
 import torch
+from torchmetrics import classification as cls
 
 import tmpatch
 from tests.conftest import assert_bitwise, release_in
 from tests.patches.bincount import cases
-from torchmetrics import classification as cls
 
 CONFUSION_FN = "torchmetrics.functional.classification.confusion_matrix"
 CURVE_FN = "torchmetrics.functional.classification.precision_recall_curve"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torchmetrics import classification as cls
 
 from tests.conftest import assert_bitwise, release_in
 from tests.patches.bincount import cases
 from tmpatch.patches.bincount import counting, metrics
-from torchmetrics import classification as cls
 
 N, C, L = 32, 4, 3
 

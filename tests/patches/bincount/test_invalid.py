@@ -12,13 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
+from torchmetrics import classification as cls
 
-import tmpatch
-from tests.conftest import examples, assert_bitwise, release_in
+from tests.conftest import assert_bitwise, examples, release_in
 from tests.patches.bincount import cases
 from tests.patches.bincount.cases import AVERAGES, CONFUSION, CURVES, MESSAGE, MULTICLASS_CURVE_AVERAGE, STAT_SCORES
 from tmpatch.runtime import policies
-from torchmetrics import classification as cls
 
 SETTINGS = settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck))
 

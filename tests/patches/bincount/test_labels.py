@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torchmetrics import classification as cls
 
 from tests.conftest import assert_bitwise, cpu_shortcuts
 from tests.patches.bincount import cases
-from tmpatch.patches.bincount import metrics, updates
-from torchmetrics import classification as cls
+from tmpatch.patches.bincount import updates
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torchmetrics import classification as cls
 
 import tmpatch
 from tests.conftest import release_in
 from tests.patches.bincount import cases
 from tmpatch.runtime import policies
-from torchmetrics import classification as cls
 
 
 def _inputs(kind, ignore):

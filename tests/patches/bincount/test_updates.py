@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 from hypothesis import given, settings, strategies as st
-
-from tests.conftest import examples, assert_bitwise
-from tmpatch.patches.bincount import counting, updates
 from torchmetrics import classification as cls
+
+from tests.conftest import assert_bitwise, examples
+from tmpatch.patches.bincount import counting, updates
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 

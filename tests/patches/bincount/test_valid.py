@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
+from torchmetrics import classification as cls
 
-from tests.conftest import examples, assert_bitwise
+from tests.conftest import assert_bitwise, examples
 from tests.patches.bincount import cases
 from tests.patches.bincount.cases import AVERAGES, CONFUSION, CURVES, MULTICLASS_CURVE_AVERAGE, STAT_SCORES
-from torchmetrics import classification as cls
 
 SETTINGS = settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck))
 

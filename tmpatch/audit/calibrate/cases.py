@@ -20,11 +20,11 @@ from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import torch
 
+import tmpatch
 from tmpatch.audit import audit
 from tmpatch.audit.calibrate.probes import PROBES
-from tmpatch.audit.panel.run import run_panel, find_row
-import tmpatch
 from tmpatch.audit.modes import deterministic, restored_patches
+from tmpatch.audit.panel.run import find_row, run_panel
 
 log = logging.getLogger("tmpatch")
 
@@ -150,7 +150,7 @@ def time_row(name: str, patched: bool, repeat: int) -> Optional[float]:
 
         def run() -> None:
             for target, args, kwargs in moved:
-                (target.update if isinstance(target, torch.nn.Module) else target)(*args, **kwargs)
+                (target.update if isinstance(target, torch.nn.Module) else target)(*args, **kwargs)  # type: ignore[operator]  # an update
 
         try:
             with deterministic(row.deterministic), torch.cuda.device(device):

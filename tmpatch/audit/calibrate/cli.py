@@ -9,8 +9,8 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from tmpatch.audit.calibrate import cases, run as calibrate
 from tmpatch.audit import support
+from tmpatch.audit.calibrate import cases, run as calibrate
 
 
 def build_parser() -> argparse.ArgumentParser:

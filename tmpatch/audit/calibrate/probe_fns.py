@@ -9,7 +9,6 @@ from typing import Tuple
 
 import torch
 
-
 # --- inputs (built on the CPU; the audit moves them to the device) -----------------------------
 
 def vector(n: int = 6) -> torch.Tensor:

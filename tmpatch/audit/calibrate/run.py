@@ -20,12 +20,11 @@ unexpected difference; 1: differences; 2: no GPU (or a usage error).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from tmpatch.audit.calibrate.cases import Outcome
-
 
 # --- comparing ----------------------------------------------------------------------------------
 

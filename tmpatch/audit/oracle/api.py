@@ -169,7 +169,7 @@ def move_hint(point: SyncPoint, how: str = "tmpatch.audit.to_sim_cuda(obj, devic
 class _RaisingTracker(SyncRecorder):
     """On a real GPU: turn the sync-debug error into a :class:`SyncError` naming the op."""
 
-    hint: Callable[[SyncPoint], str] = staticmethod(move_hint)  # type: ignore[assignment]
+    hint: Callable[[SyncPoint], str] = staticmethod(move_hint)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         try:

@@ -52,7 +52,8 @@ def _accumulator(t: torch.Tensor) -> Node:
     get = getattr(torch.autograd.graph, "get_gradient_edge", None)
     if get is not None:
         return get(t).node
-    return t.view_as(t).grad_fn.next_functions[0][0]  # torch < 2.2: through a view's graph
+    # torch < 2.2: through a view's graph (a view of a leaf that requires grad has a grad_fn)
+    return t.view_as(t).grad_fn.next_functions[0][0]  # type: ignore[union-attr]  # see above
 
 
 def _edge(t: Any, index: int, what: str = "tensors") -> Edge:
@@ -292,7 +293,8 @@ class SimulatedEngine:
         if len(buffer) <= nr:
             buffer.extend([None] * (nr + 1 - len(buffer)))
         if grad is not None:
-            buffer[nr] = grad if buffer[nr] is None else buffer[nr] + grad
+            held = buffer[nr]
+            buffer[nr] = grad if held is None else held + grad
 
     def _pre_hooks(self, node: Node, grads: List[Optional[torch.Tensor]]) -> List[Optional[torch.Tensor]]:
         """Tensor hooks and ``retain_grad`` of the tensors whose gradients ``node`` receives."""
@@ -311,9 +313,10 @@ class SimulatedEngine:
                         grads[nr] = out
             ref = self.retained.get((node, nr))
             tensor = ref() if ref is not None else None
-            if tensor is not None and grads[nr] is not None:
+            grad = grads[nr]
+            if tensor is not None and grad is not None:
                 with torch.no_grad():
-                    tensor.grad = grads[nr].clone() if tensor.grad is None else tensor.grad + grads[nr]
+                    tensor.grad = grad.clone() if tensor.grad is None else tensor.grad + grad
         return grads
 
 
@@ -339,15 +342,15 @@ def installed() -> Iterator[SimulatedEngine]:
             engine.retained[(self.grad_fn, self.output_nr)] = weakref.ref(self)
 
     register_hook.__doc__, retain_grad.__doc__ = register.__doc__, retain.__doc__
-    Variable._execution_engine = engine
-    torch.Tensor.register_hook = register_hook  # type: ignore[method-assign]
-    torch.Tensor.retain_grad = retain_grad  # type: ignore[method-assign]
+    Variable._execution_engine = engine  # type: ignore[assignment]  # stands in for torch's engine (duck-typed)
+    torch.Tensor.register_hook = register_hook  # type: ignore[method-assign]  # for the block, put back below
+    torch.Tensor.retain_grad = retain_grad  # type: ignore[method-assign, assignment]  # the hook, put back below
     try:
         yield engine
     finally:
         Variable._execution_engine = real
-        torch.Tensor.register_hook = register  # type: ignore[method-assign]
+        torch.Tensor.register_hook = register  # type: ignore[method-assign]  # torch's own, back
         if own_retain:
-            torch.Tensor.retain_grad = retain  # type: ignore[method-assign]
+            torch.Tensor.retain_grad = retain  # type: ignore[method-assign]  # torch's own, back
         else:
             del torch.Tensor.retain_grad

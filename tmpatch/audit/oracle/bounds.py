@@ -156,7 +156,7 @@ def _made(func: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[Bo
             (numbers[0], numbers[1], 1) if len(numbers) == 2 else tuple(numbers[:3]))
         if not all(isinstance(v, int) for v in (start, end, step)) or step == 0:
             return None
-        values = range(start, end, step)
+        values = range(int(start), int(end), int(step))  # ints (checked above): int() is for the type checker
         return (min(values), max(values) + 1) if len(values) else None
     if packet in (aten.full, aten.full_like):
         return _union([args[1]])

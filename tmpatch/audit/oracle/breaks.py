@@ -59,7 +59,7 @@ class Breaks:
                 "steps": self.steps, "error": self.error or None}
 
 
-def _reason(text: str) -> str:
+def _reason(text: object) -> str:
     line = str(text).strip().splitlines()[0] if str(text).strip() else "?"
     return line[:100]
 

@@ -24,11 +24,11 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
+from tmpatch.audit.oracle.bounds import distinct
 from tmpatch.audit.oracle.classify import is_mask
 from tmpatch.audit.oracle.locate import locate
 from tmpatch.audit.oracle.report import Read
 from tmpatch.runtime.deferred import AUDIT_TAG
-from tmpatch.audit.oracle.bounds import distinct
 
 aten = torch.ops.aten
 
@@ -130,7 +130,8 @@ def _lstsq(a: torch.Tensor, b: torch.Tensor) -> Tuple[torch.Tensor, ...]:
 
 def synthesize(func: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     """A fake output of plausible shape for a data-dependent op; NotImplemented if unknown."""
-    packet, x = func.overloadpacket, args[0] if args else None
+    packet = func.overloadpacket
+    x: Any = args[0] if args else None  # the ops below all take a tensor first
     if packet is aten.nonzero:
         return _empty((x.numel(), x.dim()), torch.long, x.device)
     if packet is aten.masked_select:

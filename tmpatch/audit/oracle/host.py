@@ -26,8 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_flatten
 
 from tmpatch.audit.oracle.classify import PINNED, is_cuda
 from tmpatch.audit.oracle.continuation import from_all, plausible_scalar
@@ -103,10 +103,10 @@ class FakeHostViews(TorchFunctionMode):
             saved["synchronize"] = torch.cuda.synchronize
             saved["current_stream"] = torch.cuda.current_stream
             saved["default_stream"] = torch.cuda.default_stream
-            FakeTensor.tolist = _fake_tolist  # type: ignore[method-assign]
+            FakeTensor.tolist = _fake_tolist  # type: ignore[method-assign]  # simulated, put back on exit
             torch.cuda.synchronize = _synchronize
-            torch.cuda.current_stream = _current_stream
-            torch.cuda.default_stream = _current_stream
+            torch.cuda.current_stream = _current_stream  # type: ignore[assignment]  # simulated, put back on exit
+            torch.cuda.default_stream = _current_stream  # type: ignore[assignment]  # simulated, put back on exit
         FakeHostViews._stack.append(self)
         return super().__enter__()
 
@@ -120,7 +120,7 @@ class FakeHostViews(TorchFunctionMode):
                 if saved.get("tolist") is None:
                     del FakeTensor.tolist
                 else:
-                    FakeTensor.tolist = saved["tolist"]  # type: ignore[method-assign]
+                    FakeTensor.tolist = saved["tolist"]  # type: ignore[method-assign]  # put back
                 torch.cuda.synchronize = saved["synchronize"]
                 torch.cuda.current_stream = saved["current_stream"]
                 torch.cuda.default_stream = saved["default_stream"]
@@ -260,4 +260,4 @@ def _synchronize(device: Any = None) -> None:
 
 
 def _current_stream(device: Any = None) -> SimStream:
-    return SimStream(_views(), device)  # type: ignore[arg-type]
+    return SimStream(_views(), device)  # type: ignore[arg-type]  # None outside a simulation: never called then

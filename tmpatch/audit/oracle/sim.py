@@ -17,9 +17,9 @@ from tmpatch.audit.oracle.continuation import Answers
 from tmpatch.audit.oracle.host import FakeHostViews
 from tmpatch.audit.oracle.recorder import SyncRecorder
 from tmpatch.audit.oracle.report import SyncPoint
-from tmpatch.spec import VALUE_MOVE
-from tmpatch.runtime import deferred
 from tmpatch.patches import compiled_update
+from tmpatch.runtime import deferred
+from tmpatch.spec import VALUE_MOVE
 
 log = logging.getLogger("tmpatch")
 
@@ -182,7 +182,7 @@ def simulated_cuda(device: DeviceLike = "cuda:0", on_sync: Optional[Callable[[Sy
         guard.release()
 
 
-def module_owner(fn: Callable[..., Any]) -> Optional[torch.nn.Module]:
+def module_owner(fn: Any) -> Optional[torch.nn.Module]:
     """The module ``fn`` is, or the module a (possibly ``functools.wraps``-wrapped) bound method
     belongs to."""
     if isinstance(fn, torch.nn.Module):

@@ -12,8 +12,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from tmpatch.audit.oracle.breaks import Breaks, graph_breaks
 from tmpatch.audit.modes import deterministic
+from tmpatch.audit.oracle.breaks import Breaks, graph_breaks
 
 # --- rows --------------------------------------------------------------------------------------
 
@@ -338,9 +338,10 @@ PATCH_ROW_NAMES: Tuple[str, ...] = tuple(row.name for row in PATCH_ROWS)
 # --- running a row's calls ---------------------------------------------------------------------
 
 def update_all(calls: List[Call]) -> None:
-    """Run each call: a metric's ``update``, or the function itself."""
+    """Run each call: a metric's ``update``, or the function itself (``nn.Module`` types its attributes as
+    tensors or modules: a type checker cannot see ``update`` is callable)."""
     for target, args, kwargs in calls:
-        (target.update if isinstance(target, torch.nn.Module) else target)(*args, **kwargs)
+        (target.update if isinstance(target, torch.nn.Module) else target)(*args, **kwargs)  # type: ignore[operator]  # see below
 
 
 def breaks_of_row(row: Row) -> Breaks:

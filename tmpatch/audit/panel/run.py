@@ -19,16 +19,22 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import torch
-
-from tmpatch.audit.oracle.api import audit, _use_real
-from tmpatch.audit.oracle.breaks import Breaks
-from tmpatch.audit.modes import deterministic, restored_patches
-from tmpatch.audit.oracle.report import AuditReport, SyncKind, SyncPoint
-from tmpatch.audit.panel.rows import (PATCH_ROWS, ROWS, UNMEASURED, WITNESSES, Row, _resolve, breaks_of_row,
-                                      update_all as _update_all)
-from tmpatch.control.report import State
 import tmpatch
+from tmpatch.audit.modes import deterministic, restored_patches
+from tmpatch.audit.oracle.api import _use_real, audit
+from tmpatch.audit.oracle.breaks import Breaks
+from tmpatch.audit.oracle.report import AuditReport, SyncKind, SyncPoint
+from tmpatch.audit.panel.rows import (
+    PATCH_ROWS,
+    ROWS,
+    UNMEASURED,
+    WITNESSES,
+    Row,
+    _resolve,
+    breaks_of_row,
+    update_all as _update_all,
+)
+from tmpatch.control.report import State
 
 log = logging.getLogger("tmpatch")
 
@@ -37,8 +43,7 @@ log = logging.getLogger("tmpatch")
 # the ones below explain syncs no patch is about. First match wins: the patches' labels first.
 
 from tmpatch import patches as catalogue  # noqa: E402
-from tmpatch.spec import DEFERRED, INHERENT, UPSTREAM, VALIDATION, Label  # noqa: E402
-from tmpatch.spec import PATCHED as PATCH  # noqa: E402
+from tmpatch.spec import DEFERRED, INHERENT, VALIDATION, Label  # noqa: E402
 
 #: categories that ``--fail-on-sync`` tolerates in a patched update
 TOLERATED = (INHERENT, VALIDATION)

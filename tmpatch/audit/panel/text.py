@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tmpatch.audit.oracle.breaks import describe
 from tmpatch.audit.oracle.locate import short_location
 from tmpatch.audit.panel.run import Panel, RowResult, label_for
 from tmpatch.control.report import grouped
+from tmpatch.spec import Label
 
 WIDTH = 120  #: every line of the text output fits this many columns
 
@@ -21,7 +22,7 @@ def fit(text: str, indent: int = 0, width: int = WIDTH) -> List[str]:
                          break_long_words=True) or [""]
 
 
-def tag(label: Optional[object]) -> str:
+def tag(label: Optional[Label]) -> str:
     """The label word of a sync point (see ``--help``): ``inherent``, ``patch bincount``, ..."""
     if label is None:
         return "unexplained"
@@ -29,23 +30,24 @@ def tag(label: Optional[object]) -> str:
     return f"patch {patch}" if category == "patch" and patch else category
 
 
-def _fmt(a: Optional[object]) -> str:
+def _fmt(a: Any) -> str:
     return "-" if a is None else str(a.count)
 
 
-def _pair(results: Dict[str, object]) -> str:
+def _pair(results: Mapping[str, Any]) -> str:
     return f"{_fmt(results.get('unpatched'))} -> {_fmt(results.get('patched'))}"
 
 
-def _breaks_pair(breaks: Dict[str, object]) -> str:
+def _breaks_pair(breaks: Mapping[str, Any]) -> str:
     cells = [getattr(breaks.get(mode), "cell", lambda: "-")() for mode in ("unpatched", "patched")]
     return f"{cells[0]} -> {cells[1]}"
 
 
 # --- the panel's table -------------------------------------------------------------------------
 
-def _counts(part: Dict[str, object]) -> Tuple[int, int]:
-    return tuple(getattr(part.get(mode), "count", None) or 0 for mode in ("unpatched", "patched"))  # type: ignore
+def _counts(part: Mapping[str, Any]) -> Tuple[int, int]:
+    unpatched, patched = (getattr(part.get(mode), "count", None) or 0 for mode in ("unpatched", "patched"))
+    return unpatched, patched
 
 
 def shown(row: RowResult) -> bool:
@@ -61,9 +63,9 @@ def shown(row: RowResult) -> bool:
                               or before is None or before.cell() != after.cell()):
         return True
     for part in (row.update, row.compute):
-        before, after = _counts(part)
+        was, now = _counts(part)
         patched = part.get("patched")
-        if before != after or after or (patched is not None and patched.points):
+        if was != now or now or (patched is not None and patched.points):
             return True
     return False
 
@@ -71,8 +73,8 @@ def shown(row: RowResult) -> bool:
 def totals(rows: Sequence[RowResult]) -> str:
     """The totals line: sync points per update and per compute, unpatched -> patched, over ``rows``."""
     audited = [row for row in rows if row.available]
-    update = [sum(pair) for pair in zip(*(_counts(row.update) for row in audited))] or [0, 0]  # type: ignore
-    compute = [sum(pair) for pair in zip(*(_counts(row.compute) for row in audited))] or [0, 0]  # type: ignore
+    update = [sum(pair) for pair in zip(*(_counts(row.update) for row in audited))] or [0, 0]
+    compute = [sum(pair) for pair in zip(*(_counts(row.compute) for row in audited))] or [0, 0]
     return (f"total, {len(audited)} rows audited: {update[0]} -> {update[1]} sync points in update/forward, "
             f"{compute[0]} -> {compute[1]} in compute (unpatched -> patched)")
 
@@ -164,7 +166,7 @@ def _points(rows: Sequence[RowResult]) -> List[str]:
 def header(panel: Panel) -> str:
     """The release, the mode, the patch states and how to read the counts."""
     mode = {"simulated": "simulated CUDA (no GPU needed: an oracle on fake CUDA tensors)",
-            "real": "real GPU (torch.cuda.set_sync_debug_mode)"}.get(panel.mode, panel.mode)  # type: ignore
+            "real": "real GPU (torch.cuda.set_sync_debug_mode)"}.get(panel.mode, panel.mode)
     lines = fit(f"tmpatch audit: torchmetrics {panel.code or panel.release}, {mode}", 4)
     lines += patched_with(panel.patch_states)
     lines += ["sync points per call, unpatched -> patched. update: per update() (forward() runs it: a cost "

@@ -5,9 +5,9 @@ import json
 import sys
 from typing import Optional
 
+from tmpatch.audit.panel.run import TOLERATED, label_for
 from tmpatch.audit.step.run import StepError, StepRun, audit_step, load
 from tmpatch.audit.step.text import render, to_dict
-from tmpatch.audit.panel.run import TOLERATED, label_for
 
 
 def main(spec: str, real: bool = False, as_json: bool = False, fail_on_sync: bool = False,

@@ -23,17 +23,17 @@ import sysconfig
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, cast
 
 import torch
 
+import tmpatch
+from tmpatch.audit.modes import restored_patches
+from tmpatch.audit.oracle.api import _SYNC_MESSAGE, _real_point, _sync_debug
 from tmpatch.audit.oracle.locate import short_path
+from tmpatch.audit.oracle.recorder import FAKE_ERRORS, SyncRecorder
 from tmpatch.audit.oracle.report import SyncKind, SyncPoint
 from tmpatch.audit.oracle.sim import cuda_device, simulated_cuda
-import tmpatch
-from tmpatch.audit.oracle.recorder import FAKE_ERRORS, SyncRecorder
-from tmpatch.audit.oracle.api import _SYNC_MESSAGE, _real_point, _sync_debug
-from tmpatch.audit.modes import restored_patches
 
 USAGE = "--step wants MODULE:FUNCTION or path/to/file.py:FUNCTION"
 
@@ -86,13 +86,13 @@ def load(spec: str) -> Callable[..., Any]:
         loader = importlib.util.spec_from_file_location(f"tmpatch_step_{abs(hash(source))}", os.path.abspath(source))
 
         def call() -> Any:
-            module = importlib.util.module_from_spec(loader)  # type: ignore[arg-type]
-            sys.modules[loader.name] = module  # type: ignore[union-attr] # as a script: dataclasses, pickle
-            loader.loader.exec_module(module)  # type: ignore[union-attr]
+            module = importlib.util.module_from_spec(loader)  # type: ignore[arg-type]  # a .py path: a spec
+            sys.modules[loader.name] = module  # type: ignore[union-attr]  # a spec; as a script: dataclasses, pickle
+            loader.loader.exec_module(module)  # type: ignore[union-attr]  # a .py path: a source loader
             return module
     else:
         what, folder = f"module {source!r}", os.getcwd()  # as ``python -m``: the current directory's modules
-        call = lambda: importlib.import_module(source)  # type: ignore[assignment] # noqa: E731
+        call = lambda: importlib.import_module(source)  # noqa: E731
     added = folder not in sys.path
     if added:  # as ``python FILE``: the file's folder, for its own imports
         sys.path.insert(0, folder)
@@ -132,7 +132,7 @@ def takes_device(fn: Callable[..., Any]) -> bool:
 # --- whose code --------------------------------------------------------------------------------
 
 def _library_dirs() -> Tuple[str, ...]:
-    dirs = [os.path.dirname(os.path.abspath(m.__file__)) for m in (torch, tmpatch)]  # type: ignore[arg-type]
+    dirs = [os.path.dirname(os.path.abspath(cast(str, m.__file__))) for m in (torch, tmpatch)]  # both from files
     for name in ("torchmetrics", "wrapt"):  # found, not imported
         found = importlib.util.find_spec(name)
         if found is not None and found.origin:
@@ -150,7 +150,7 @@ def yours(filename: str, skip: Tuple[str, ...]) -> bool:
 def _your_frame(skip: Tuple[str, ...]) -> Tuple[str, str]:
     frame = sys._getframe(1)
     while frame is not None and not yours(frame.f_code.co_filename, skip):
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
     if frame is None:
         return "?", "?"
     return f"{frame.f_code.co_filename}:{frame.f_lineno}", frame.f_code.co_name

@@ -6,10 +6,10 @@ from typing import Any, Dict, List, Tuple
 
 from tmpatch.audit.oracle.autograd import LEFT_OUT, NOT_RUN
 from tmpatch.audit.oracle.locate import short_location
-from tmpatch.audit.panel.text import WIDTH, fit, tag
-from tmpatch.control.report import State
-from tmpatch.audit.step.run import StepRun, _library_dirs, yours
 from tmpatch.audit.panel.run import label_for
+from tmpatch.audit.panel.text import WIDTH, fit, tag
+from tmpatch.audit.step.run import StepRun, _library_dirs, yours
+from tmpatch.control.report import State
 
 MODES = ("unpatched", "patched")
 

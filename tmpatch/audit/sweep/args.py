@@ -10,7 +10,7 @@ the classes not audited (string inputs, pretrained weights, a factory of other c
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 import torch
 
@@ -112,7 +112,7 @@ GENERIC = {"num_classes": CLASSES, "num_labels": CLASSES, "task": "multiclass", 
 ALWAYS = ("validate_args", "num_classes", "num_labels")
 
 
-def kwargs_for(cls: type) -> Dict[str, Any]:
+def kwargs_for(cls: Type[Any]) -> Dict[str, Any]:
     """Constructor keyword arguments for ``cls``: its table entry, then the generic values of
     :data:`GENERIC` for the parameters its ``__init__`` names."""
     special = _special_kwargs().get(cls.__name__)

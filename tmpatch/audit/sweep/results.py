@@ -16,8 +16,8 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from tmpatch.audit.oracle.locate import short_location
 from tmpatch.audit.oracle.report import AuditReport, SyncPoint
-from tmpatch.spec import DEFERRED, INHERENT, VALIDATION, Label
 from tmpatch.audit.panel.run import label_for as panel_label
+from tmpatch.spec import DEFERRED, INHERENT, VALIDATION, Label
 
 SYNC_FREE, NOT_COVERED, ERROR, COMPUTE = "sync-free", "not covered", "error", "compute"
 COMPUTE_REASON = "in forward()'s compute of the batch value (update() alone does not make it)"
@@ -69,10 +69,10 @@ class ClassResult:
         report = self.reports.get(call, {}).get(mode)
         return None if report is None else report.count
 
-    def remaining(self, mode: str = "patched") -> List[Tuple[str, SyncPoint, str, str]]:
+    def remaining(self, mode: str = "patched") -> List[Tuple[str, Optional[SyncPoint], str, str]]:
         """``(call, point, cause, reason)`` of every sync of ``mode``; a run that stopped early adds
-        an ``error`` entry."""
-        out = []
+        an ``error`` entry (point None)."""
+        out: List[Tuple[str, Optional[SyncPoint], str, str]] = []
         for call in CALLS:
             report = self.reports.get(call, {}).get(mode)
             if report is None:

@@ -25,13 +25,13 @@ from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Seq
 
 import torch
 
-from tmpatch.audit.oracle.api import audit, audit_simulated
-from tmpatch.audit.oracle.report import AuditReport
-from tmpatch.audit.oracle.sim import copy_modules, cuda_device, module_owner, active
-from tmpatch.audit.sweep.args import input_candidates, kwargs_for, skip_reason
-from tmpatch.audit.sweep.results import MODES, WIDTH, ClassResult, Sweep, shorten, render
 import tmpatch
 from tmpatch.audit.modes import restored_patches
+from tmpatch.audit.oracle.api import audit, audit_simulated
+from tmpatch.audit.oracle.report import AuditReport
+from tmpatch.audit.oracle.sim import active, copy_modules, cuda_device, module_owner
+from tmpatch.audit.sweep.args import input_candidates, kwargs_for, skip_reason
+from tmpatch.audit.sweep.results import MODES, WIDTH, ClassResult, Sweep, render, shorten
 
 log = logging.getLogger("tmpatch")
 
@@ -133,7 +133,7 @@ def _mark_compute(owner: Any, spans: List[Tuple[int, int]]) -> None:
             finally:
                 spans.append((start, syncs()))
 
-        module.compute = marked  # an instance attribute, as torchmetrics' own wrapper is
+        module.compute = marked  # type: ignore[method-assign]  # an instance attribute, as torchmetrics' own wrapper is
 
 
 def _audit_call(fn: Any, case: _Case, real: bool) -> Tuple[AuditReport, FrozenSet[int]]:

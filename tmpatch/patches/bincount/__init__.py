@@ -50,7 +50,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-
 from tmpatch.patches.bincount import counting, formatters, metrics, updates
 from tmpatch.spec import INHERENT, PATCHED, Label, Patch, Releases, Target, Together, Variant, since, span
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Tuple
 
-from tmpatch.runtime import deferred
-from tmpatch.runtime import policies
-from tmpatch.runtime.compiled import ContextSlot, compiling
 from tmpatch.patches import _constants
+from tmpatch.runtime import deferred, policies
+from tmpatch.runtime.compiled import ContextSlot, compiling
 from tmpatch.spec import gated
 
 MESSAGE = (
@@ -184,11 +183,11 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
             return out[:minlength] if kind is int64 else out[:minlength].long()
         if x.is_cpu and x.numel() and not compiling():
             try:  # in range: torch.bincount is the count (and deterministic on the CPU)
-                out = bincount(x, minlength=minlength)
+                counted = bincount(x, minlength=minlength)
             except RuntimeError:  # a negative value
-                out = None
-            if out is not None and out.shape[0] == minlength:
-                return out
+                counted = None
+            if counted is not None and counted.shape[0] == minlength:
+                return counted
         # compiled: int32 bins (exact: one update counts far fewer than 2**31 values), which inductor
         # adds to in its own kernel; int64 scatters are a separate, unfused call of ATen's
         kind = int32 if compiling() else int64

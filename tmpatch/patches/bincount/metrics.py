@@ -38,9 +38,9 @@ from typing import Any, Callable
 
 from packaging.version import Version
 
+from tmpatch.patches.bincount.counting import RECORD, Update, active, current
 from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling
-from tmpatch.patches.bincount.counting import RECORD, Update, active, current
 from tmpatch.spec import Route, inline
 
 #: torch.Tensor, torch.aminmax, the integer dtypes (bool not among them) and torch's

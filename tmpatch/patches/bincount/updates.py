@@ -36,10 +36,17 @@ import math
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tmpatch.runtime import deferred
 from tmpatch.patches.bincount.counting import (
-    Update, _wide_int, current, fill_wide, not_binary, outside, recorded, table,
+    Update,
+    _wide_int,
+    current,
+    fill_wide,
+    not_binary,
+    outside,
+    recorded,
+    table,
 )
+from tmpatch.runtime import deferred
 from tmpatch.spec import Edit, Rewrite, gated
 
 #: a table of codes is used up to this many entries (int64); above, the masked form

@@ -84,8 +84,8 @@ def _rules(recognised: Recognised) -> Rules:
     """The rules of the loaded release, by what the gating recognised of its ``_sync_dist``
     and ``gather_all_tensors`` (the release's own function, underneath any tmpatch layer)."""
     distributed = sys.modules["torchmetrics.utilities.distributed"]
-    where = SYNC_DIST[recognised[SYNC_DIST_PATH]]  # type: ignore[index]
-    keeps_graph = GATHER[recognised[GATHER_ALL.path]]  # type: ignore[index]
+    where = SYNC_DIST[recognised[SYNC_DIST_PATH]]  # type: ignore[index]  # recognised: a fingerprint
+    keeps_graph = GATHER[recognised[GATHER_ALL.path]]  # type: ignore[index]  # recognised: a fingerprint
     return _rules_for(where, keeps_graph, wrappers.get_original(distributed.gather_all_tensors))
 
 

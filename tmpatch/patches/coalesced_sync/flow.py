@@ -20,7 +20,7 @@ import contextvars
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from tmpatch.patches.coalesced_sync import wire
 from tmpatch.patches.coalesced_sync.plan import Entry, Replay, Rules, device_of, plan, records_api, signature
@@ -123,7 +123,7 @@ def sync_dist(rules: Rules, original: Callable[..., Any], metric: Any, *args: An
     return _finish(original, metric, replay, process_group, result.totals.get(0, {}))
 
 
-def will_sync(metric: Any, rules: Rules, metric_class: type, default_fn: Any, default_available: Any) -> bool:
+def will_sync(metric: Any, rules: Rules, metric_class: Type[Any], default_fn: Any, default_available: Any) -> bool:
     """Whether ``metric.compute()`` is about to sync through the patched ``_sync_dist``
     with the default gather (as ``Metric._wrap_compute`` and ``Metric.sync`` decide;
     ``default_available``: ``Metric.sync``'s own test, for 0.10, whose metrics hold none)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from tmpatch.runtime import deferred, wrappers
 
@@ -99,7 +99,7 @@ def plan(metric: Any, rules: Rules, concats: Optional[Dict[Tuple[Any, ...], Any]
                 return None
             if reduction == rules.cat and len(value) > 1:
                 entry = Entry(attr, None, CONCAT, value)
-                key = entry.dedupe_key()
+                key = cast(Tuple[Any, ...], entry.dedupe_key())  # a concatenation's: never None
                 made = concats.get(key) if concats is not None else None
                 entry.tensor = made if made is not None else rules.cat(value)
                 if concats is not None:

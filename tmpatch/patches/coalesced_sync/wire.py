@@ -72,8 +72,8 @@ class Block:
         import torch
 
         numel = 1
-        for size in self.shape:
-            numel *= size
+        for extent in self.shape:
+            numel *= extent
         size = _ITEMSIZE.get(self.dtype)
         if size is None:
             size = _ITEMSIZE[self.dtype] = torch.empty((), dtype=self.dtype).element_size()
@@ -174,9 +174,9 @@ def _check_structure(metas: List[Dict[str, Any]]) -> None:
         if theirs == reference:
             continue
         index = next(i for i in range(max(len(reference), len(theirs)))
-                     if (reference[i:i + 1] or [None])[0] != (theirs[i:i + 1] or [None])[0])
+                     if (reference[i] if i < len(reference) else None) != (theirs[i] if i < len(theirs) else None))
 
-        def say(items: List[Tuple[int, str, str, int]]) -> str:
+        def say(items: List[Tuple[int, str, str, int]], index: int = index) -> str:
             if index >= len(items):
                 return "nothing"
             owner, key, dtype, ndim = items[index]
@@ -280,7 +280,7 @@ def exchange(request: Request, group: Any, device: Any) -> Result:
 
 
 def _unpack(
-    request: Request, metas: List[Dict[str, Any]], meta_lengths: List[int], received: List[Any], rank: int, world: int
+    request: Request, metas: List[Dict[str, Any]], meta_lengths: List[int], received: Any, rank: int, world: int
 ) -> Result:
     import torch
 

@@ -8,14 +8,11 @@ import warnings
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tmpatch.runtime import host
-from tmpatch.runtime import deferred
-from tmpatch.runtime import policies
-from tmpatch.runtime.compiled import compiling
-from tmpatch.runtime.deferred import ANY
 from tmpatch.patches import _constants
 from tmpatch.patches.nan_check.report import RECORD, _loaded, _Release
-
+from tmpatch.runtime import deferred, host, policies
+from tmpatch.runtime.compiled import compiling
+from tmpatch.runtime.deferred import ANY
 
 _NEUTRAL = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf}
 _INT64 = (-(2**63), 2**63)
@@ -36,7 +33,7 @@ def _kind(module: ModuleType, cache: Dict[type, Optional[str]], cls: type) -> Op
             break
     table = {module.SumMetric: "sum", module.MaxMetric: "max", module.MinMetric: "min",
              module.MeanMetric: "mean", module.CatMetric: "cat"}
-    found = cache[cls] = table.get(owner)  # type: ignore[arg-type]
+    found = cache[cls] = table.get(owner)
     return found
 
 
@@ -331,7 +328,7 @@ class _Paired:
     __slots__ = ("stash",)
 
     def __init__(self) -> None:
-        self.stash: Optional[Tuple[Any, Any, Any]] = None
+        self.stash: Optional[Tuple[Any, Any, Any, Any]] = None
 
 
 _paired = _Paired()

@@ -55,10 +55,10 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
             by_strategy[strategy] = by_strategy.get(strategy, 0) + count
     where = " on some rank" if all_ranks else ""
     for strategy in ("warn", "error"):
-        count = by_strategy.get(strategy)
-        if not count:
+        seen = by_strategy.get(strategy)
+        if not seen:
             continue
-        note = (f" (tmpatch nan_check: {_describe(top, found)} saw NaN{where} in {count} update(s) since the last "
+        note = (f" (tmpatch nan_check: {_describe(top, found)} saw NaN{where} in {seen} update(s) since the last "
                 f"report; reported at {deferred.point()}; TMPATCH_NAN_CHECK=eager reports in update())")
         if strategy == "error":
             raise RuntimeError(release.error + note)

@@ -38,9 +38,15 @@ and of its ``__init__``, two of ``Metric._apply``, ``Metric.reset`` and
 from __future__ import annotations
 
 from tmpatch.patches.pearson_update.knowledge import CLASS_MODULE
-from tmpatch.patches.pearson_update.wrappers import (build_apply, build_copy_state, build_init, build_reset,
-                                                     build_update, edit)
-from tmpatch.spec import PATCHED, Decline, Label, Patch, Target, Together, UPSTREAM, Variant, since, span
+from tmpatch.patches.pearson_update.wrappers import (
+    build_apply,
+    build_copy_state,
+    build_init,
+    build_reset,
+    build_update,
+    edit,
+)
+from tmpatch.spec import PATCHED, UPSTREAM, Decline, Label, Patch, Target, Together, Variant, since, span
 
 __all__ = ["PATCH"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 from tmpatch.runtime.compiled import ContextSlot
 from tmpatch.spec import VALUE_MOVE
@@ -145,7 +145,7 @@ def moves_values(fn: Any) -> bool:
     return getattr(fn, "__module__", None) == "torch.nn.modules.module" and getattr(fn, "__qualname__", None) in _MOVES
 
 
-def cpu_zeros(t: Any, tensor_type: type) -> bool:
+def cpu_zeros(t: Any, tensor_type: Type[Any]) -> bool:
     """Whether ``t`` is a plain CPU tensor (a few elements, contiguous) whose every element is +0,
     read from its bytes: no torch op, so no dispatch mode (a profiler, the audit's simulation) sees
     or changes the read, and nothing waits for a device."""

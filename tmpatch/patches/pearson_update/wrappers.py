@@ -4,9 +4,17 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional
 
-from tmpatch.patches.pearson_update.knowledge import (counts_known, cpu_zeros, current, default_of,
-                                                      default_zero, is_pearson, learn, learn_default_zero,
-                                                      moves_values)
+from tmpatch.patches.pearson_update.knowledge import (
+    counts_known,
+    cpu_zeros,
+    current,
+    default_of,
+    default_zero,
+    is_pearson,
+    learn,
+    learn_default_zero,
+    moves_values,
+)
 from tmpatch.spec import Edit, Rewrite
 
 
@@ -15,7 +23,7 @@ def build_init(module: ModuleType) -> Callable[..., Any]:
 
     def __init__(original: Callable, self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        counts = getattr(self, "n_total", None)
+        counts: Any = getattr(self, "n_total", None)
         if getattr(counts, "ndim", None) == 1 and counts.shape[0] > 0:  # zeros(num_outputs), as registered
             learn(self, False, True)
             learn_default_zero(self)

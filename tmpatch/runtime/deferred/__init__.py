@@ -52,18 +52,36 @@ it; ``revert.py``: pending reports across ``revert()``. This package's names are
 the patches use; its modules import one another, in that order from ``books.py`` up, never the
 package itself.
 """
+from tmpatch.runtime.deferred import landing
 from tmpatch.runtime.deferred.books import (
-    ANY, AUDIT_TAG, BOOK_ATTRIBUTE, FALSE, PENDING_BYTES, PENDING_ENTRIES, SUM, Book, Kind, attach, book_of, gather, internal, is_live, moved, outside, pending_books, scope, traced_book,
+    ANY,
+    AUDIT_TAG,
+    BOOK_ATTRIBUTE,
+    FALSE,
+    PENDING_BYTES,
+    PENDING_ENTRIES,
+    SUM,
+    Book,
+    Kind,
+    attach,
+    book_of,
+    gather,
+    internal,
+    is_live,
+    moved,
+    outside,
+    pending_books,
+    scope,
+    traced_book,
     went_live,
 )
-from tmpatch.runtime.deferred.giving import point
-from tmpatch.runtime.deferred import landing
-from tmpatch.runtime.deferred.landing import LANDING, WATCH, recall
 from tmpatch.runtime.deferred.endings import armed, collected, ghost
+from tmpatch.runtime.deferred.giving import point
+from tmpatch.runtime.deferred.landing import LANDING, WATCH, recall
 from tmpatch.runtime.deferred.records import Record, local_records, mirror, open_book, set_synced
-from tmpatch.runtime.deferred.updates import after_update, marks, restamp
 from tmpatch.runtime.deferred.revert import detach, forward_step, went_dormant
 from tmpatch.runtime.deferred.settling import books_in, clear, count_once, enclosing, pending, settle, start_compute
+from tmpatch.runtime.deferred.updates import after_update, marks, restamp
 
 __all__ = ["ANY", "AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "FALSE", "Kind", "LANDING", "PENDING_BYTES",
            "PENDING_ENTRIES", "Record", "SUM", "WATCH", "after_update", "armed", "attach", "book_of", "books_in", "clear",

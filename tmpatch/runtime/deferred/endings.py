@@ -25,7 +25,15 @@ from typing import Any, List, Optional, Tuple
 from tmpatch.runtime.deferred.books import LOCK, Book, _books, log
 from tmpatch.runtime.deferred.giving import Tally, deliver
 from tmpatch.runtime.deferred.landing import (
-    WATCH, decode, device_of, gather_traced, holds, read, reduced, simulated, take,
+    WATCH,
+    decode,
+    device_of,
+    gather_traced,
+    holds,
+    read,
+    reduced,
+    simulated,
+    take,
 )
 
 

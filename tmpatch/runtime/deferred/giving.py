@@ -62,7 +62,7 @@ def deliver(top: Any, found: List[Tuple[Any, Tally, bool]], where: str, step: Op
             by_key.setdefault(key, []).append((metric, int(count)))
             ranks[key] = ranks.get(key, True) and all_ranks
             if first is not None:
-                firsts[key] = first if firsts.get(key) is None else min(first, firsts[key])  # type: ignore[type-var]
+                firsts[key] = first if firsts.get(key) is None else min(first, firsts[key])  # type: ignore[type-var]  # not None here
             unknown[key] = unknown.get(key, False) or vague
     errors: List[BaseException] = []
     for key, pairs in by_key.items():

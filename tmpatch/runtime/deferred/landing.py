@@ -205,7 +205,7 @@ def read(values: List[Any]) -> List[List[int]]:
     out: List[Optional[List[int]]] = [list(v) if isinstance(v, list) else None for v in values]
     tensors = [v for v in values if not isinstance(v, list)]
     if not tensors:
-        return out  # type: ignore[return-value]
+        return out  # type: ignore[return-value]  # no tensors: every item is a list
     import torch
 
     if len({t.device for t in tensors}) == 1:
@@ -222,7 +222,7 @@ def read(values: List[Any]) -> List[List[int]]:
             setattr(t, AUDIT_TAG, True)
             chunks.append(t.tolist())
     found = iter(chunks)
-    return [v if v is not None else next(found) for v in out]  # type: ignore[misc]
+    return [v if v is not None else next(found) for v in out]
 
 
 def decode(layout: List[Tuple[str, int, List[Optional[int]]]], values: List[List[int]]) -> Tally:
@@ -234,11 +234,11 @@ def decode(layout: List[Tuple[str, int, List[Optional[int]]]], values: List[List
         for step, number in zip(steps, numbers):
             into[step] = into.get(step, 0) + sign * int(number)
     out: Tally = {}
-    for key, steps in per_step.items():
-        total = sum(steps.values())
+    for key, counts in per_step.items():
+        total = sum(counts.values())
         if total:
-            known = [step for step, n in steps.items() if n and step is not None]
-            out[key] = (total, min(known) if known else None, bool(steps.get(None)))
+            known = [step for step, n in counts.items() if n and step is not None]
+            out[key] = (total, min(known) if known else None, bool(counts.get(None)))
     return out
 
 

@@ -9,7 +9,16 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime.deferred import books, landing
 from tmpatch.runtime.deferred.books import (
-    _EMPTY, LOCK, SUM, Book, Kind, _books, _records, book_of, gather, traced_book,
+    _EMPTY,
+    LOCK,
+    SUM,
+    Book,
+    Kind,
+    _books,
+    _records,
+    book_of,
+    gather,
+    traced_book,
 )
 from tmpatch.runtime.deferred.endings import armed, collected, ghost
 from tmpatch.runtime.deferred.landing import WATCH, recall

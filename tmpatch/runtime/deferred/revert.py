@@ -42,8 +42,8 @@ def detach(metric: Any, book: Book) -> None:
             current.stamp = count
         return inner(*args, **kwargs)
 
-    update._tmpatch_watch = True  # type: ignore[attr-defined]
-    update.__wrapped__ = inner  # type: ignore[attr-defined]
+    update._tmpatch_watch = True  # type: ignore[attr-defined]  # a mark on the function
+    update.__wrapped__ = inner  # type: ignore[attr-defined]  # as functools.wraps sets it
     states["update"] = update
 
 

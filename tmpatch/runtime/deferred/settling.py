@@ -13,6 +13,7 @@ carries data whose report was never given.
 from __future__ import annotations
 
 import sys
+from types import FrameType
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tmpatch.runtime.deferred.books import LOCK, Book, book_of, gather, log
@@ -97,7 +98,7 @@ def enclosing(metric: Any, names: Sequence[str]) -> Any:
     The walk up the stack stops at the first frame that is neither such a method nor code of
     torchmetrics, tmpatch, torch or ``copy`` (the user's code: a few frames up)."""
     top = metric
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name in names:
             holder = frame.f_locals.get("self")

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
+from tmpatch.runtime.deferred import landing
 from tmpatch.runtime.deferred.books import LOCK, Book, _books, _internal, book_of, is_live
 from tmpatch.runtime.deferred.endings import adopt, holder
 from tmpatch.runtime.deferred.giving import Tally, deliver, metrics_in
-from tmpatch.runtime.deferred import landing
 from tmpatch.runtime.deferred.landing import FLYING, WATCH, decode, device_of, launch, on_host, read, reduced, take
 
 
