@@ -148,6 +148,7 @@ BAD = {  # check key: Dice arguments, an update failing it (and only checks afte
 }
 
 
+@pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
 @pytest.mark.parametrize("shortcuts", [True, False])
 def test_each_check_raises_the_releases_error_at_the_next_compute_once(shortcuts):
     import re
