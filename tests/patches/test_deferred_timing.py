@@ -157,10 +157,11 @@ def test_row3_a_pending_report_is_logged_once_when_its_metric_is_collected(held_
     bad = (BAD,) if case == "nan" else (torch.tensor([0, 1, 2]), torch.tensor([0, 7, 2]))
     metric.update(*good)
     metric.update(*bad)
+    before = len(caplog.records)  # apply()'s own lines (a patch that cannot apply on this torch) left out
     with caplog.at_level(logging.WARNING, logger="tmpatch"):
         del metric
         gc.collect()
-    told = [r for r in caplog.records if r.name == "tmpatch"]
+    told = [r for r in caplog.records[before:] if r.name == "tmpatch"]
     assert len(told) == 1 and told[0].levelname == "ERROR", told
     text = told[0].getMessage()
     name, eager = ("MeanMetric", "TMPATCH_NAN_CHECK=eager") if case == "nan" else ("MulticlassAccuracy",
