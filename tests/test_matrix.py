@@ -97,7 +97,7 @@ def test_no_tests_collected_is_a_failure(monkeypatch, capsys):
     matrix = _matrix_module()
     monkeypatch.setattr(matrix, "install", lambda release, folder: None)
     monkeypatch.setattr(matrix, "_torch_of", lambda python: "x")
-    monkeypatch.setattr(matrix, "run", lambda python, release, folder, args, first=False, explore="", processes=True: (5 if release == "1.4.0" else 0, 0.0,
+    monkeypatch.setattr(matrix, "run", lambda python, release, folder, args, first=False, explore="", processes=True, full_counts=None: (5 if release == "1.4.0" else 0, 0.0,
                                                                               "no tests ran"))
     assert matrix.main(["-r", "1.4.0", "-r", "1.9.0"]) == 1
     assert capsys.readouterr().out.rstrip().splitlines()[-1] == "matrix: 1 passed, 1 failed"
