@@ -1,4 +1,4 @@
-"""fairness_groups: group-fairness updates split by group on the device; extra groups reported at compute()."""
+"""fairness_groups: group-fairness updates split by group on the device; extra groups reported later, once."""
 from __future__ import annotations
 
 import warnings

@@ -1,4 +1,4 @@
-"""nan_check: the aggregators' NaN check without a sync in update(); reports at compute().
+"""nan_check: the aggregators' NaN check without a sync in update(); reports later, once (deferred_reports).
 
 Results equal the release's (NaN-free inputs: bit for bit; with NaN: the documented
 semantics), the deliberate corrections, the fidelity items of issue #11 item 9 (broadcast

@@ -110,15 +110,15 @@ _CHECKS = "torchmetrics.utilities.checks"
 PATCH = Patch(
     name="retrieval_check",
     summary="every retrieval metric but NDCG reads target.max() and target.min() on each update() to check "
-            "for binary targets; the check is counted on the device and reported at compute()",
+            "for binary targets; the check is counted on the device and reported later, once, without a sync",
     known=since("0.10.0"),
     upstream="not fixed upstream (no argument turns the check off)",
-    changes="a non-binary retrieval target raises the release's ValueError at the next compute(), once, "
+    changes="a non-binary retrieval target raises the release's ValueError once (from that update() on the CPU, a later one on a GPU, or compute()), "
             "and that batch is in the states (upstream: raised in update(), batch not added)",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "retrieval metrics check for binary targets with target.max() > 1 or target.min() < 0 "
-              "(device reads); the retrieval_check patch counts it on the device and reports at compute()",
+              "(device reads); the retrieval_check patch counts it on the device and reports it later, once",
               function="_check_retrieval_target_and_prediction_types", op="aten._local_scalar_dense"),
         Label(INHERENT, "ignore_index: retrieval metrics remove the ignored positions before appending the values "
               "to their list states (the states hold the kept values)",

@@ -125,15 +125,15 @@ def _edit(call: str) -> Rewrite:
 PATCH = Patch(
     name="sdr_solve",
     summary="SignalDistortionRatio's torch.linalg.solve reads the solver's error code on each update(); the "
-            "failures are counted on the device and reported at compute()",
+            "failures are counted on the device and reported later, once, without a sync",
     known=since("0.10.0"),
     upstream="not fixed upstream (torch.linalg.solve always checks)",
-    changes="a singular system raises torch's LinAlgError at the next compute(), once, the batch in the states "
+    changes="a singular system raises torch's LinAlgError once (from that update() on the CPU, a later one on a GPU, or compute()), the batch in the states "
             "(upstream: raised in update())",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "SignalDistortionRatio solves with torch.linalg.solve, which reads its error code to raise on "
-              "a singular system; the sdr_solve patch counts it on the device and reports at compute()",
+              "a singular system; the sdr_solve patch counts it on the device and reports it later, once",
               function="signal_distortion_ratio", op="aten._linalg_check_errors"),
     ),
     together=(Together("the solve is deferred only in the update that marks it"),),

@@ -1,4 +1,4 @@
-"""tweedie_checks: TweedieDevianceScore's range checks counted on the device and reported at compute().
+"""tweedie_checks: TweedieDevianceScore's range checks counted on the device and reported later, once, without a sync.
 
 Defect: with ``power`` 1, 2, negative or above 1, ``_tweedie_deviance_score_update``
 checks its inputs with ``if torch.any(preds <= 0) or torch.any(targets < 0): raise
@@ -118,15 +118,15 @@ CHECKS = Rewrite((POISSON, GAMMA, OTHERS), _names)
 PATCH = Patch(
     name="tweedie_checks",
     summary="TweedieDevianceScore (power 1, 2, < 0, > 1) reads torch.any(preds <= 0) (and targets) into an if on "
-            "each update(); counted on the device and reported at compute()",
+            "each update(); counted on the device and reported later, once, without a sync",
     known=since("0.10.0"),
     upstream="not fixed upstream (no argument turns the checks off)",
-    changes="an input outside the power's domain raises the release's ValueError at the next compute(), once, the "
+    changes="an input outside the power's domain raises the release's ValueError once (from that update() on the CPU, a later one on a GPU, or compute()), the "
             "batch in the states (upstream: raised in update())",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "TweedieDevianceScore checks its inputs' range for the power (device reads); the tweedie_checks "
-              "patch counts it on the device and reports at compute()",
+              "patch counts it on the device and reports it later, once",
               function="_tweedie_deviance_score_update", op="aten._local_scalar_dense"),
     ),
     together=(Together("the check is deferred only in the update that marks it"),),

@@ -77,7 +77,7 @@ PATCH = Patch(
     known=since("0.10.0"),
     upstream="not fixed upstream (ATen's CUDA bincount sizes its output from the data)",
     changes="a target or label prediction outside the valid classes is left out of the counts and reported once "
-            "at the next compute() (upstream raises in update() or miscounts it)",
+            "(from that update() on the CPU, a later one on a GPU, or compute()) (upstream raises in update() or miscounts it)",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "CUDA torch.bincount reads the input's min and max to size its output; the bincount "
