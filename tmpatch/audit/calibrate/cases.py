@@ -9,9 +9,7 @@ source given to :func:`add_source`.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib
-import io
 import logging
 import statistics
 import time
@@ -103,9 +101,8 @@ def probe_cases(real: bool, repeat: int = 20) -> Iterable[Tuple[str, Any]]:
             yield probe.name, Outcome(None, error=f"needs {probe.devices} GPUs")
             continue
         try:
-            with contextlib.redirect_stdout(io.StringIO()):  # print_tensor prints
-                report = audit(probe.fn, *probe.make(), real=real)
-                seconds = _time_probe(probe, repeat) if real else None
+            report = audit(probe.fn, *probe.make(), real=real)
+            seconds = _time_probe(probe, repeat) if real else None
         except Exception as exc:  # noqa: BLE001 - one case must not stop the others
             expected = probe.raises is not None and isinstance(exc, probe.raises)
             yield probe.name, Outcome(0 if expected else None, error=f"{type(exc).__name__}: {exc}")
