@@ -83,8 +83,32 @@ LAZY_IMPORTS = {
 def _imports_inside_functions():
     """``(module, function, imported module)`` of every import statement inside a function
     of tmpatch (``from a import b`` counts as ``a.b`` where that is a module of tmpatch)."""
-    package = os.path.join(ROOT, "tmpatch")
     found = []
+    for module, base, tree in _modules():
+
+        def visit(node, qualname, in_function, module=module, base=base):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    name = f"{qualname}.{child.name}" if qualname else child.name
+                    visit(child, name, in_function or not isinstance(child, ast.ClassDef))
+                    continue
+                if in_function and isinstance(child, ast.Import):
+                    found.extend((module, qualname, alias.name) for alias in child.names)
+                elif in_function and isinstance(child, ast.ImportFrom):
+                    source = _source(child, base)
+                    for alias in child.names:
+                        name = f"{source}.{alias.name}"
+                        found.append((module, qualname, name if _is_module(name) else source))
+                visit(child, qualname, in_function)
+
+        visit(tree, "", False)
+    return found
+
+
+def _modules():
+    """``(module, base, syntax tree)`` of every module of tmpatch; ``base``: the package a relative
+    import starts from."""
+    package = os.path.join(ROOT, "tmpatch")
     for folder, _, files in os.walk(package):
         for file in sorted(files):
             if not file.endswith(".py"):
@@ -92,30 +116,17 @@ def _imports_inside_functions():
             path = os.path.join(folder, file)
             parts = os.path.relpath(path, ROOT)[:-3].split(os.sep)
             here = parts[:-1] if parts[-1] == "__init__" else parts
-            module = ".".join(here)
-            base = here if parts[-1] == "__init__" else here[:-1]  # what a relative import starts from
+            base = here if parts[-1] == "__init__" else here[:-1]
             with open(path, encoding="utf-8") as handle:
-                tree = ast.parse(handle.read(), path)
+                yield ".".join(here), base, ast.parse(handle.read(), path)
 
-            def visit(node, qualname, in_function, module=module, base=base):
-                for child in ast.iter_child_nodes(node):
-                    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        name = f"{qualname}.{child.name}" if qualname else child.name
-                        visit(child, name, in_function or not isinstance(child, ast.ClassDef))
-                        continue
-                    if in_function and isinstance(child, ast.Import):
-                        found.extend((module, qualname, alias.name) for alias in child.names)
-                    elif in_function and isinstance(child, ast.ImportFrom):
-                        source = child.module or ""
-                        if child.level:
-                            source = ".".join(base[:len(base) - child.level + 1] + ([source] if source else []))
-                        for alias in child.names:
-                            name = f"{source}.{alias.name}"
-                            found.append((module, qualname, name if _is_module(name) else source))
-                    visit(child, qualname, in_function)
 
-            visit(tree, "", False)
-    return found
+def _source(node, base):
+    """The module a ``from ... import`` statement imports from (a relative one from ``base``)."""
+    source = node.module or ""
+    if node.level:
+        source = ".".join(base[:len(base) - node.level + 1] + ([source] if source else []))
+    return source
 
 
 def _is_module(name):
@@ -154,31 +165,19 @@ def test_no_contract_has_an_exception():
 def _module_imports():
     """``{module: {modules of tmpatch it imports}}``, at any depth (top-level and inside functions);
     ``from a import b`` counts as ``a.b`` where that is a module of tmpatch, else as ``a``."""
-    package = os.path.join(ROOT, "tmpatch")
     graph = {}
-    for folder, _, files in os.walk(package):
-        for file in sorted(files):
-            if not file.endswith(".py"):
-                continue
-            path = os.path.join(folder, file)
-            parts = os.path.relpath(path, ROOT)[:-3].split(os.sep)
-            here = parts[:-1] if parts[-1] == "__init__" else parts
-            base = here if parts[-1] == "__init__" else here[:-1]
-            with open(path, encoding="utf-8") as handle:
-                tree = ast.parse(handle.read(), path)
-            found = graph.setdefault(".".join(here), set())
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "tmpatch")
-                elif isinstance(node, ast.ImportFrom):
-                    source = node.module or ""
-                    if node.level:
-                        source = ".".join(base[:len(base) - node.level + 1] + ([source] if source else []))
-                    if source.split(".")[0] != "tmpatch":
-                        continue
-                    for alias in node.names:
-                        name = f"{source}.{alias.name}"
-                        found.add(name if _is_module(name) else source)
+    for module, base, tree in _modules():
+        found = graph.setdefault(module, set())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "tmpatch")
+            elif isinstance(node, ast.ImportFrom):
+                source = _source(node, base)
+                if source.split(".")[0] != "tmpatch":
+                    continue
+                for alias in node.names:
+                    name = f"{source}.{alias.name}"
+                    found.add(name if _is_module(name) else source)
     return graph
 
 
