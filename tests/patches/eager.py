@@ -27,7 +27,8 @@ def _states(metric: Any) -> list:
     return out
 
 
-def _same_states(got: list, want: list) -> None:
+def same_states(got: list, want: list) -> None:
+    """Bitwise equal states (a list state: its tensors one by one)."""
     assert len(got) == len(want)
     for g, w in zip(got, want):
         if isinstance(w, list):
@@ -90,7 +91,7 @@ def assert_eager_is_the_release(make: Callable[[], Any], good: Sequence[tuple], 
         assert type(raised) is type(error), (raised, error)
         assert str(raised) == str(error)
         assert not deferred.local_records(metric)
-        _same_states(_states(metric), want_states)
+        same_states(_states(metric), want_states)
         _same_result(_compute(metric), want)
     finally:
         policies.current["checks"] = "deferred"

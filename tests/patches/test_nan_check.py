@@ -21,6 +21,7 @@ from torchmetrics.aggregation import BaseAggregator, CatMetric, MaxMetric, MeanM
 
 import tmpatch
 from tests.conftest import assert_bitwise, examples, release_in, run_python
+from tests.patches.eager import same_states
 from tmpatch.control import settings as tm_settings
 from tmpatch.runtime import policies
 
@@ -463,19 +464,7 @@ def test_item9_python_ints_of_any_size_are_the_releases(cls):
     expected = [_states(_fed(cls, args)) for args in updates]
     tmpatch.apply(["nan_check", "mean_default_weight"])
     for args, states in zip(updates, expected):
-        _same_states(_states(_fed(cls, args)), states)
-
-
-def _same_states(got, want) -> None:
-    """Bitwise equal states (CatMetric's: lists of tensors)."""
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        if isinstance(w, list):
-            assert len(g) == len(w)
-            for a, b in zip(g, w):
-                assert_bitwise(a, b)
-        else:
-            assert_bitwise(g, w)
+        same_states(_states(_fed(cls, args)), states)
 
 
 def _fed(build, args):
@@ -521,7 +510,7 @@ def test_item9_half_precision_imputation_is_the_releases_bit_for_bit(dtype, stra
         if isinstance(expected[cls], str) or isinstance(got, str):
             assert got == expected[cls], cls
         else:
-            _same_states(got, expected[cls])
+            same_states(got, expected[cls])
 
 
 def _outcome(build, args, off_cpu: bool = False):
@@ -568,7 +557,7 @@ def test_a_float_strategy_is_stored_or_refused_in_the_inputs_dtype_as_the_releas
         elif cls is MeanMetric and not release_in(">=1.6.2"):
             continue
         else:
-            _same_states(have, want)
+            same_states(have, want)
 
 
 # -- when warn/error reach the user -------------------------------------------------------
