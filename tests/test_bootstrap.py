@@ -284,12 +284,10 @@ def test_an_error_prints_one_line_and_the_program_runs_on(tmp_path, fake_tm, whe
     assert ("broken here" if "import" in where else "apply broke") in lines[0]
 
 
-@pytest.mark.parametrize("strict", [False, True])
-def test_strict_makes_a_patch_that_cannot_apply_fail_the_import(odd_tm, strict):
-    env = {"TMPATCH": "1", "TMPATCH_PATCHES": "safe_divide", "TMPATCH_LOG_LEVEL": "info"}
-    if strict:
-        env["TMPATCH_STRICT"] = "1"
-    proc = ok(child("""
+def _strict_import(patch, env, release):
+    """A child that imports ``release`` (a torchmetrics folder) with the .pth line and ``env``, printing
+    the TmpatchError it raises or ``patch``'s state."""
+    return ok(child(f"""
         exec(PTH_LINE)
         import tmpatch
         try:
@@ -297,8 +295,16 @@ def test_strict_makes_a_patch_that_cannot_apply_fail_the_import(odd_tm, strict):
         except tmpatch.TmpatchError as exc:
             print("error:", exc)
         else:
-            print("imported:", tmpatch.status()["safe_divide"].state)
-    """, env=env, path=[odd_tm]))
+            print("imported:", tmpatch.status()[{patch!r}].state)
+    """, env=env, path=[release]))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_strict_makes_a_patch_that_cannot_apply_fail_the_import(odd_tm, strict):
+    env = {"TMPATCH": "1", "TMPATCH_PATCHES": "safe_divide", "TMPATCH_LOG_LEVEL": "info"}
+    if strict:
+        env["TMPATCH_STRICT"] = "1"
+    proc = _strict_import("safe_divide", env, odd_tm)
     if strict:
         assert proc.stdout.startswith("error: ") and "safe_divide (mismatch" in proc.stdout
     else:
@@ -316,16 +322,7 @@ def changed_tm(tmp_path_factory):
 
 @pytest.mark.parametrize("strict, raises", [("1", True), ("image_constants", True), ("safe_divide,nan_check", False)])
 def test_strict_raises_only_for_the_patches_asked_naming_the_target_left_alone(changed_tm, strict, raises):
-    proc = ok(child("""
-        exec(PTH_LINE)
-        import tmpatch
-        try:
-            import torchmetrics
-        except tmpatch.TmpatchError as exc:
-            print("error:", exc)
-        else:
-            print("imported:", tmpatch.status()["image_constants"].state)
-    """, env={"TMPATCH": "1", "TMPATCH_STRICT": strict}, path=[changed_tm]))
+    proc = _strict_import("image_constants", {"TMPATCH": "1", "TMPATCH_STRICT": strict}, changed_tm)
     if raises:
         assert proc.stdout.startswith(f"error: tmpatch (TMPATCH_STRICT={strict}): could not apply image_constants "
                                       "(partial: "), proc.stdout
