@@ -67,7 +67,12 @@ def test_a_venv_is_made_with_its_own_constraints_and_python(monkeypatch, tmp_pat
     matrix = _matrix_module()
     calls = []
     monkeypatch.setattr(matrix, "base_python", lambda version: "/py/" + version)
-    monkeypatch.setattr(matrix.subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw.get("env"))))
+
+    def run(cmd, **kw):
+        calls.append((cmd, kw.get("env")))
+        return matrix.subprocess.CompletedProcess(cmd, 0, "")
+
+    monkeypatch.setattr(matrix.subprocess, "run", run)
     python = str(tmp_path / "torch-9.9.9" / "bin" / "python")
     matrix._fill_venv("9.9.9", python, str(tmp_path / "done"))
     (make, _), (install, env) = calls
@@ -203,3 +208,62 @@ def test_a_release_outside_the_anchors_runs_what_changed_there():
     assert matrix.changed_patches("1.7.4", matrix.RELEASES) == ["pearson_update"]  # tools/fingerprints.py
     assert "tests/patches/test_pearson_update.py" in matrix.selected_tests("1.7.4", matrix.RELEASES)
     assert "tests/patches/test_safe_divide.py" not in matrix.selected_tests("1.7.4", matrix.RELEASES)
+
+
+def test_a_venv_pip_cannot_fill_is_removed_and_its_error_shows_pip(monkeypatch, tmp_path):
+    """A failed ``pip install`` (a full disk, a torch the index lacks) names pip's own last lines and
+    the free space, and leaves no half-made venv behind (gigabytes that nothing would use)."""
+    matrix = _matrix_module()
+    folder = tmp_path / "torch-9.9.9"
+    monkeypatch.setattr(matrix, "base_python", lambda version: sys.executable)
+
+    def run(cmd, **kw):
+        if "venv" in cmd:
+            (folder / "bin").mkdir(parents=True)
+            return matrix.subprocess.CompletedProcess(cmd, 0)
+        return matrix.subprocess.CompletedProcess(cmd, 1, "Collecting torch\nERROR: [Errno 28] No space left on device\n")
+
+    monkeypatch.setattr(matrix.subprocess, "run", run)
+    with pytest.raises(RuntimeError, match=r"(?s)exited 1 \(.* GiB free now\).*No space left on device"):
+        matrix._fill_venv("9.9.9", str(folder / "bin" / "python"), str(folder / ".tmpatch-ready"))
+    assert not folder.exists()
+
+
+def test_a_venv_is_not_begun_without_the_disk_it_needs(monkeypatch, tmp_path):
+    matrix = _matrix_module()
+    monkeypatch.setattr(matrix.shutil, "disk_usage", lambda path: matrix.shutil._ntuple_diskusage(100, 99, 2**30))
+    monkeypatch.setattr(matrix.subprocess, "run", lambda *a, **k: pytest.fail("began making the venv"))
+    with pytest.raises(RuntimeError, match=r"1\.0 GiB free .* torch 9\.9\.9 takes about 8 GiB"):
+        matrix._fill_venv("9.9.9", str(tmp_path / "torch-9.9.9" / "bin" / "python"), str(tmp_path / "done"))
+
+
+def test_prune_removes_each_venv_after_its_last_run_and_holds_few_at_once(monkeypatch, tmp_path, capsys):
+    """CI (``--prune``): a venv of another torch goes with its torch's last run, and no more than
+    LIVE_VENVS are on disk at once, whatever the order the runs end in."""
+    import threading
+
+    matrix = _matrix_module()
+    torches = ("9.1", "9.2", "9.3", "9.4", "9.5")
+    monkeypatch.setattr(matrix, "PLAN", {matrix.CURRENT: ("1.9.0",), **{t: ("1.4.0", "1.9.0") for t in torches}})
+    monkeypatch.setattr(matrix, "LIVE_VENVS", 2)
+    monkeypatch.setattr(matrix, "install", lambda release, folder: None)
+    monkeypatch.setattr(matrix, "_torch_of", lambda python: "x")
+    monkeypatch.setattr(matrix, "venv_python", lambda version: str(tmp_path / f"torch-{version}" / "bin" / "python"))
+    lock, most = threading.Lock(), []
+
+    def make_venv(version):
+        (tmp_path / f"torch-{version}" / "bin").mkdir(parents=True)
+        with lock:
+            most.append(len(list(tmp_path.iterdir())))
+        return matrix.venv_python(version)
+
+    def run(python, release, folder, args, **options):
+        time.sleep(0.05)
+        return 0, 0.0, "1 passed"
+
+    monkeypatch.setattr(matrix, "make_venv", make_venv)
+    monkeypatch.setattr(matrix, "run", run)
+    assert matrix.main(["--plan", "--prune"]) == 0
+    assert len(most) == len(torches) and max(most) == 2  # every venv made; never more than 2 at once
+    assert list(tmp_path.iterdir()) == []  # and every one removed
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == "matrix: 11 passed, 0 failed"

@@ -4,8 +4,10 @@
     python tools/matrix.py -r 1.4.0 -r 1.9.0       # some of them
     python tools/matrix.py -- -k safe_divide       # arguments after -- go to pytest
     python tools/matrix.py --torch 2.5.1 -r 1.6.1  # another torch (its own venv, made once)
-    python tools/matrix.py --plan                  # what CI runs: every torch of PLAN with its releases
+    python tools/matrix.py --plan                  # every torch of PLAN with its releases
                                                    # (older torch: the tests of TORCH_TESTS)
+    python tools/matrix.py --plan --prune          # what CI runs: the same, each venv removed after
+                                                   # its torch's last run (at most 3 at once on disk)
     python tools/matrix.py --explore -r 1.9.0      # hypothesis searches with fresh draws (not CI)
 
 Each release is installed once, without dependencies, into ``.matrix/<release>``
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -116,6 +119,9 @@ TORCH_TESTS: Tuple[str, ...] = ("tests/audit", "tests/patches", "tests/distribut
 #: (every test has its own bound too: ``faulthandler_timeout`` in setup.cfg prints the stacks of a
 #: test that takes too long)
 RUN_LIMIT = 2400.0
+
+#: with --prune (CI), the most venvs of other torches held at once
+LIVE_VENVS = 3
 
 #: torch releases built against numpy 1.x
 NUMPY_1 = re.compile(r"^2\.[0-2]\.")
@@ -252,9 +258,18 @@ def base_python(torch_version: str) -> str:
     raise RuntimeError(f"torch {torch_version} runs on Python {wanted}, and no python{wanted} was found")
 
 
+#: what a venv with a CUDA build of torch takes on disk (about 5.5 GiB), with the download beside it
+VENV_GIB = 8.0
+
+
 def _fill_venv(torch_version: str, python: str, done: str) -> None:
     start = time.monotonic()
     folder = os.path.dirname(os.path.dirname(python))
+    free = shutil.disk_usage(os.path.dirname(folder)).free / 2**30
+    if free < VENV_GIB:
+        raise RuntimeError(f"{free:.1f} GiB free on the disk of {os.path.dirname(folder)}; a venv for torch "
+                           f"{torch_version} takes about {VENV_GIB:.0f} GiB while it is made (a CUDA build and "
+                           "its download): free some space, or leave that torch out (--torch)")
     subprocess.run([base_python(torch_version), "-m", "venv", "--clear", folder], check=True)
     # a constraints file of the run's own: it pins the torch asked for, and replaces the machine's pip
     # configuration, which may cap torch below it (the pip of the venv still reads that file otherwise)
@@ -262,9 +277,15 @@ def _fill_venv(torch_version: str, python: str, done: str) -> None:
     with open(constraints, "w") as out:
         out.write(f"torch=={torch_version}\n")
     env = dict(os.environ, PIP_CONSTRAINT=constraints)
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    f"torch=={torch_version}", *requirements(torch_version)], check=True, env=env,
-                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    pip = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                          f"torch=={torch_version}", *requirements(torch_version)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if pip.returncode != 0:
+        shutil.rmtree(folder, ignore_errors=True)  # a half-made venv holds gigabytes and is never used
+        tail = "\n".join("    " + line for line in pip.stdout.strip().splitlines()[-15:])
+        free = shutil.disk_usage(os.path.dirname(folder)).free / 2**30
+        raise RuntimeError(f"pip install torch=={torch_version} exited {pip.returncode} ({free:.1f} GiB free "
+                           f"now); pip's last lines:\n{tail}")
     open(done, "w").close()
     sys.stdout.write(f"torch {torch_version}: venv made in {time.monotonic() - start:.0f}s\n")
     sys.stdout.flush()
@@ -328,6 +349,9 @@ def main(argv: List[str]) -> int:
                         help="hypothesis searches with fresh draws, a database per run (not what CI runs)")
     parser.add_argument("--full", action="store_true",
                         help="the whole suite on every release (default: outside ANCHORS, what changed there)")
+    parser.add_argument("--prune", action="store_true",
+                        help=f"remove each other torch's venv after its last run, and hold at most {LIVE_VENVS} "
+                             "at once (CI: a venv takes about 5.5 GiB)")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="runs at once (default 2)")
     parser.add_argument("--folder", default=os.path.join(ROOT, ".matrix"), help="where releases are installed")
     parser.add_argument("pytest_args", nargs="*", help="arguments for pytest (after --)")
@@ -346,10 +370,37 @@ def main(argv: List[str]) -> int:
         install(release, args.folder)
 
     venvs: Dict[str, Future] = {}
+    # --prune: a venv is made only while fewer than LIVE_VENVS are held; the last run of its torch
+    # removes it. The venvs are made in the order of the jobs, so the torch whose runs come next always
+    # has one (or is making it): the wait cannot close a circle
+    live = threading.Semaphore(LIVE_VENVS) if args.prune else None
+    remaining = {t: sum(1 for job in jobs if job[0] == t) for t in plan}
+
+    def make(torch_version: str) -> str:
+        if torch_version == CURRENT:
+            return sys.executable
+        if live is not None:
+            live.acquire()
+        try:
+            return make_venv(torch_version)
+        except BaseException:
+            if live is not None:
+                live.release()
+            raise
+
     maker = ThreadPoolExecutor(max_workers=1)  # one venv at a time, while this torch's runs go
     for torch_version in plan:
-        venvs[torch_version] = maker.submit(lambda v=torch_version: sys.executable if v == CURRENT else make_venv(v))
+        venvs[torch_version] = maker.submit(make, torch_version)
     lock = threading.Lock()
+
+    def done_with(torch_version: str) -> None:
+        """After a run of ``torch_version`` (under ``lock``): its venv goes with its last run (--prune)."""
+        remaining[torch_version] -= 1
+        if live is None or remaining[torch_version] or torch_version == CURRENT:
+            return
+        if venvs[torch_version].exception() is None:
+            shutil.rmtree(os.path.dirname(os.path.dirname(venv_python(torch_version))), ignore_errors=True)
+            live.release()
     failed: List[str] = []
     labels = {t: (_torch_of(sys.executable) if t == CURRENT else t) for t in plan}
 
@@ -361,26 +412,31 @@ def main(argv: List[str]) -> int:
         except Exception as exc:  # noqa: BLE001 - no venv: every run of that torch fails
             code, seconds, output = 1, 0.0, f"cannot make the venv for torch {torch_version}: {exc}"
         else:
-            paths = list(TORCH_TESTS) if args.plan and torch_version not in FULL else []
-            first = release == plan[torch_version][0]
-            selected = not (paths or first or args.full or release in ANCHORS or _names_paths(args.pytest_args))
-            if selected:
-                paths = selected_tests(release, RELEASES)
-            # an anchor that also runs whole on a newer torch of the plan takes its full hypothesis counts
-            # there; here (the CPU-only build) every test runs, with a tenth of the examples
-            elsewhere = args.plan and any(release in PLAN[other] for other in FULL if other != torch_version)
-            code, seconds, output = run(python, release, args.folder, paths + list(args.pytest_args),
-                                        first=first,
-                                        explore=f"{label}-{release}" if args.explore else "",
-                                        processes=not selected,
-                                        full_counts=release in ANCHORS and not (torch_version == CURRENT and elsewhere))
+            try:
+                code, seconds, output = _one_run(python, torch_version, release, label)
+            except Exception:  # noqa: BLE001 - a run that cannot start fails alone; the others go on
+                code, seconds, output = 1, 0.0, traceback.format_exc()
         last = output.strip().splitlines()[-1] if output.strip() else "(no output)"
         with lock:
             sys.stdout.write(f"torch {label} torchmetrics {release}: exit {code} in {seconds:.0f}s: {last}\n")
             if code != 0:  # 5 ("no tests collected") too
                 failed.append(f"{label}/{release}")
                 sys.stdout.write(output + "\n")
+            done_with(torch_version)
             sys.stdout.flush()
+
+    def _one_run(python: str, torch_version: str, release: str, label: str) -> Tuple[int, float, str]:
+        paths = list(TORCH_TESTS) if args.plan and torch_version not in FULL else []
+        first = release == plan[torch_version][0]
+        selected = not (paths or first or args.full or release in ANCHORS or _names_paths(args.pytest_args))
+        if selected:
+            paths = selected_tests(release, RELEASES)
+        # an anchor that also runs whole on a newer torch of the plan takes its full hypothesis counts
+        # there; here (the CPU-only build) every test runs, with a tenth of the examples
+        elsewhere = args.plan and any(release in PLAN.get(other, ()) for other in FULL if other != torch_version)
+        return run(python, release, args.folder, paths + list(args.pytest_args),
+                   first=first, explore=f"{label}-{release}" if args.explore else "", processes=not selected,
+                   full_counts=release in ANCHORS and not (torch_version == CURRENT and elsewhere))
 
     start, cpu = time.monotonic(), _children_cpu()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
