@@ -11,7 +11,7 @@ import tempfile
 import types
 
 import pytest
-import torchmetrics  # noqa: E402  (status imports it; import it once here)
+import torchmetrics
 
 import tmpatch
 from tmpatch import cli, patches as catalogue
@@ -58,7 +58,10 @@ def test_status_json_and_selection(capsys):
     states = {row["name"]: row["state"] for row in rows}
     assert states["safe_divide"] in (State.APPLIED, State.NOT_NEEDED)
     assert all(states[name] == State.EXCLUDED for name in NAMES if name != "safe_divide")
-    assert set(rows[0]) == {"name", "target", "state", "reason", "release"}
+    assert set(rows[0]) == {"name", "target", "state", "reason", "release", "code_compared_with", "code_differs"}
+    # the release's own code: compared with its wheel, no target differs
+    assert {row["code_compared_with"] for row in rows} == {torchmetrics.__version__}
+    assert not any(row["code_differs"] for row in rows)
 
 
 def test_status_takes_its_defaults_from_the_environment(capsys, monkeypatch):
@@ -119,7 +122,7 @@ def test_status_json_verbose_adds_the_patch_fields(capsys):
         assert row["targets"] == [target.path for target in patch.targets]
         assert (row["summary"], row["upstream"], row["changes"]) == (patch.summary, patch.upstream, patch.changes)
         assert set(row) == {"name", "target", "state", "reason", "release", "targets", "summary", "upstream",
-                            "changes", "requires", "known"}
+                            "changes", "requires", "known", "code_compared_with", "code_differs"}
 
 
 def test_status_reports_bad_variables_once_on_stderr(capsys, monkeypatch):

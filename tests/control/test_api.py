@@ -668,6 +668,8 @@ def test_a_changed_target_costs_its_own_repair_only(tmp_path):
         print(json.dumps({"state": row.state, "reason": row.reason, "before": before, "after": syncs(),
                           "marks": [marks.state, marks.reason], "strict": strict, "release": report.release,
                           "first": str(report).splitlines()[0],
+                          "differs": {r["name"]: r["code_differs"] for r in report.to_dict() if r["code_differs"]},
+                          "compared": sorted({r["code_compared_with"] for r in report.to_dict()}),
                           "ssim_left": ssim._ssim_update is release and not tmpatch.is_patched(release)}))
     """, env=_child_path(folder))
     found = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -680,6 +682,12 @@ def test_a_changed_target_costs_its_own_repair_only(tmp_path):
         found["release"].endswith(" targets: torchmetrics.utilities.checks._check_retrieval_target_and_prediction_"
                                   "types, torchmetrics.functional.image.ssim._ssim_update)"), found["release"]
     assert found["first"] == f"torchmetrics {found['release']}"[:len(found["first"])]
+    # status --json says it per row: the wheel compared with, and which of the patch's targets differ
+    assert found["compared"] == [release]
+    check = "torchmetrics.utilities.checks._check_retrieval_target_and_prediction_types"
+    assert found["differs"]["image_constants"] == ["torchmetrics.functional.image.ssim._ssim_update"], found
+    assert found["differs"]["retrieval_check"] == [check], found
+    assert all(check in paths or "_ssim_update" in paths[0] for paths in found["differs"].values()), found
     state, reason = found["marks"]  # the updates that mark for the check are left alone with it, and said so
     assert state == "mismatch" and reason.startswith(
         "torchmetrics.utilities.checks._check_retrieval_target_and_prediction_types (code not recognised"), reason

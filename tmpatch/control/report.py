@@ -120,13 +120,17 @@ class Report(Sequence[PatchStatus]):
     torchmetrics release with how far its code is that of a release tmpatch knows
     (:func:`tmpatch.control.likeness.describe`: ``1.9.0``, or ``1.9.0 (code differs from the
     1.9.0 wheel in 1 of 95 targets: ...)``); the table and :meth:`details` start with it where
-    the code is not a known release's."""
+    the code is not a known release's. ``compared_with``: the release whose wheel the code was
+    compared with (None: nothing was); ``differs``: the targets whose code differs from it."""
 
     _COLUMNS = ("patch", "state", "release", "target", "reason")
 
-    def __init__(self, rows: List[PatchStatus], release: str = "") -> None:
+    def __init__(self, rows: List[PatchStatus], release: str = "", compared_with: Optional[str] = None,
+                 differs: Sequence[str] = ()) -> None:
         self._rows = list(rows)
         self.release = release or (rows[0].release if rows else "")
+        self.compared_with = compared_with
+        self.differs = list(differs)
 
     @property
     def unknown_code(self) -> bool:
@@ -170,11 +174,16 @@ class Report(Sequence[PatchStatus]):
         return "; ".join(f"{row.name} ({row.state}: {row.reason})" for row in rows)
 
     def to_dict(self, details: bool = False) -> List[Dict[str, Any]]:
-        """The rows as dicts; ``details`` adds each patch's ``targets`` (a list),
-        ``summary``, ``upstream``, ``changes``, ``requires`` and ``known``."""
+        """The rows as dicts: a row's fields, ``code_compared_with`` (:attr:`compared_with`) and
+        ``code_differs`` (those of the patch's targets whose code differs from that wheel);
+        ``details`` adds each patch's ``targets`` (a list), ``summary``, ``upstream``, ``changes``,
+        ``requires`` and ``known``."""
         out: List[Dict[str, Any]] = []
+        differs = set(self.differs)
         for row in self._rows:
             item: Dict[str, Any] = row.to_dict()
+            item["code_compared_with"] = self.compared_with
+            item["code_differs"] = [path for path in _targets(row) if path in differs]
             if details:
                 item.update(_fields(row))
             out.append(item)
