@@ -49,8 +49,6 @@ LAZY_IMPORTS = {
     ("tmpatch.bootstrap", "_spec_through_the_hooks", "importlib.util"): START_UP,
     ("tmpatch.bootstrap", "activate", "tmpatch.patches"): START_UP,
     ("tmpatch.bootstrap", "activate", "tmpatch.control.api"): START_UP,
-    ("tmpatch.bootstrap", "_check_strict", "tmpatch.control.api"): START_UP,
-    ("tmpatch.bootstrap", "_check_strict", "tmpatch.control.selection"): START_UP,
     ("tmpatch.bootstrap", "_configure_logging", "logging"): START_UP,
     ("tmpatch.control.settings", "closest", "difflib"): START_UP,
     ("tmpatch.bootstrap.sitecustomize", "_apply", "tmpatch.bootstrap"): FOREIGN_PYTHON,

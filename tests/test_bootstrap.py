@@ -271,7 +271,7 @@ def test_an_error_prints_one_line_and_the_program_runs_on(tmp_path, fake_tm, whe
     else:
         code = ("import tmpatch.control.api\n"
                 "def boom(*a, **k): raise ZeroDivisionError('apply broke')\n"
-                "tmpatch.control.api.apply = boom\n"
+                "tmpatch.control.api.apply_from = boom\n"
                 "exec(PTH_LINE)\n"
                 "import torchmetrics, tmpatch.bootstrap\n"
                 "assert tmpatch.bootstrap.state.startswith('failed'), tmpatch.bootstrap.state\n")

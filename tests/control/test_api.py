@@ -22,6 +22,7 @@ from tests.conftest import (
     torch_at_least,
 )
 from tmpatch import patches as catalogue
+from tmpatch.control import gating
 from tmpatch.spec import Variant
 
 SAFE_DIVIDE_FIXED = release_in(">=1.9.0")
@@ -715,3 +716,49 @@ def test_a_pending_row_names_the_imports_that_apply_it():
             print(tmpatch.status()[{name!r}].state)
         """)
         assert proc.stdout.strip().splitlines()[-1] not in ("pending", "off"), (name, reason, proc.stdout)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_strict_about_an_armed_patch_raises_in_the_import_that_finds_its_code_changed(tmp_path, strict):
+    """apply(strict=...) before a patch's modules are imported: the patch is armed, and the import that
+    installs it raises TmpatchError where its code is not recognised (as apply() would have, had the
+    modules been imported then); not strict about it, the import goes on and the row says why. A
+    revert() in between takes the strictness back."""
+    lazy = sorted(lazily_imported_patches())
+    if not lazy:
+        pytest.skip("every patch applies at `import torchmetrics` on this release")
+    name = lazy[0]
+    target = gating.here(catalogue.load(name), catalogue.release())[0]
+    folder = edited_release(str(tmp_path), {f"{target.module}:{target.qualname}": "pass  # changed upstream"})
+    proc = run_python(f"""
+        import importlib, json, tmpatch
+        tmpatch.apply([{name!r}, "safe_divide"], strict={[name] if strict else ["safe_divide"]!r})
+        tmpatch.apply(["safe_divide"], strict=["safe_divide"])  # a later strict apply of others keeps it
+        import torchmetrics
+        pending = tmpatch.status()[{name!r}].state
+        try:
+            importlib.import_module({target.module!r})
+            error = ""
+        except tmpatch.TmpatchError as exc:
+            error = str(exc)
+        print(json.dumps({{"pending": pending, "error": error, "state": tmpatch.status()[{name!r}].state}}))
+    """, env=_child_path(folder))
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["pending"] == "pending" and found["state"] in ("mismatch", "partial"), found
+    if strict:
+        assert found["error"].startswith(f"tmpatch: could not apply {name} ({found['state']}: "), found
+        assert f"{target.path} (code not recognised" in found["error"], found
+        assert "safe_divide" not in found["error"]
+    else:
+        assert found["error"] == ""
+    # reverted before its modules came: nothing is strict about it any more
+    proc = run_python(f"""
+        import importlib, tmpatch
+        tmpatch.apply([{name!r}], strict=True)
+        tmpatch.revert([{name!r}])
+        tmpatch.apply([{name!r}])
+        import torchmetrics
+        importlib.import_module({target.module!r})
+        print(tmpatch.status()[{name!r}].state)
+    """, env=_child_path(folder))
+    assert proc.stdout.strip().splitlines()[-1] in ("mismatch", "partial")

@@ -92,7 +92,9 @@ def activate(settings: env.Settings) -> bool:
             _configure_logging(settings.log_level)
         from tmpatch.control import api
 
-        api.apply(**settings.options)
+        strict = settings.options.get("strict")
+        asked = "1" if strict is True else ",".join(strict or ())
+        api.apply_from(f"tmpatch (TMPATCH_STRICT={asked})" if strict else "tmpatch", **settings.options)
         state = "applied"
     except Exception as exc:  # noqa: BLE001 - never break the program
         state = f"failed: {type(exc).__name__}: {exc}"
@@ -106,35 +108,16 @@ def _spec_through_the_hooks(options: dict):
     """The spec of torchmetrics, found again, now through wrapt's finder: the post-import hooks
     :func:`activate` armed for torchmetrics itself fire when its import ends (wrapt's finder came
     first on ``sys.meta_path`` while this look-up was under way: the import machinery would not
-    ask it); tmpatch's writes what the import's hooks computed to the disk cache. Where ``options``
-    are strict: with a hook that raises if a patch they are strict about could not be applied whole.
-    None where no hook waits for it."""
+    ask it); tmpatch's writes what the import's hooks computed to the disk cache, and raises there
+    if a patch ``options`` are strict about could not be applied whole
+    (:func:`tmpatch.control.api.apply_from`). None where no hook waits for it."""
     import importlib.util
 
     import wrapt
 
-    if options.get("strict"):
-        wrapt.register_post_import_hook(lambda module: _check_strict(options), HOST)
-    elif HOST not in getattr(wrapt.importer, "_post_import_hooks", {HOST: None}):  # type: ignore[attr-defined]  # not in stubs
+    if HOST not in getattr(wrapt.importer, "_post_import_hooks", {HOST: None}):  # type: ignore[attr-defined]  # not in stubs
         return None
     return importlib.util.find_spec(HOST)
-
-
-def _check_strict(options: dict) -> None:
-    """Raise :class:`tmpatch.TmpatchError` naming every patch ``options["strict"]`` is about
-    (True: every one applied) that is not applied whole, with the targets left alone."""
-    from tmpatch.control import api, selection
-
-    strict = options.get("strict")
-    try:
-        names = selection.strict_names(strict, selection.select(options.get("patches"), options.get("exclude"))[0])
-    except (TypeError, ValueError):  # strict about a patch not applied: apply() said so, and nothing applied
-        return
-    report = api.status()
-    problems = report.problems(names)
-    if problems:
-        asked = "1" if strict is True else ",".join(names)
-        raise api.TmpatchError(f"tmpatch (TMPATCH_STRICT={asked}): could not apply " + report.describe(problems))
 
 
 def _configure_logging(level: str) -> None:

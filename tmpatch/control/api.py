@@ -17,7 +17,7 @@ from tmpatch import patches as catalogue
 from tmpatch.control import gating, likeness, selection
 from tmpatch.control.report import PatchStatus, Report, State
 from tmpatch.engine import cache
-from tmpatch.engine.core import Engine, collector_paused
+from tmpatch.engine.core import Engine, ImportRefused, collector_paused
 from tmpatch.runtime import compiled, wrappers
 from tmpatch.runtime.policies import current as current_policies
 from tmpatch.spec import LEAVE, Patch, Recognised, Requirement, Setting, Target, Variant
@@ -27,8 +27,9 @@ log = logging.getLogger("tmpatch")
 Names = Union[None, str, Iterable[str]]
 
 
-class TmpatchError(RuntimeError):
-    """``apply(strict=True)`` could not apply every requested patch."""
+class TmpatchError(ImportRefused):
+    """``apply(strict=True)`` could not apply every requested patch (a RuntimeError; raised by
+    ``apply()``, or by the import that installs a patch ``apply()`` had armed)."""
 
 
 class TmpatchWarning(UserWarning):
@@ -42,6 +43,8 @@ _rows: Dict[str, Tuple[str, str]] = {}  # name -> (state, reason)
 Held = Dict[str, Tuple[Variant, Optional[Callable[..., Any]]]]
 _held: Dict[Tuple[str, str], Held] = {}  # target key -> the patches that hold it
 _pending: Set[str] = set()
+#: pending patch -> the words a strict error about it begins with: an apply() was strict about it
+_strict: Dict[str, str] = {}
 _warned_missing = False
 #: the release the gating looked at, and the fingerprint it found at each target (tmpatch.control.likeness)
 _codes: Tuple[List[Optional[str]], Dict[str, Optional[str]]] = ([None], {})
@@ -237,11 +240,13 @@ def _on_import(module: types.ModuleType) -> None:
     hook fires for) does not count: its own hook comes when it is done.
     """
     importing = _host_importing(module)
+    installed: List[str] = []
     with collector_paused(), _engine.lock, _engine.batch(resume=importing):
         for name in [n for n in catalogue.NAMES if n in _pending]:
             patch = catalogue.load(name)
             if all(_loaded(module_name, module) for module_name in _modules(patch)):
                 _pending.discard(name)
+                installed.append(name)
                 try:
                     _install(patch, sweep=True)
                 except Exception as exc:  # noqa: BLE001
@@ -249,6 +254,17 @@ def _on_import(module: types.ModuleType) -> None:
                     log.exception("tmpatch: %s failed", name)
         if not importing:
             cache.flush()  # torchmetrics' own hook ends its import: what it computed is written once
+        _raise_if_strict(installed)
+
+
+def _raise_if_strict(installed: List[str]) -> None:
+    """A patch an apply() was strict about, armed then and installed now, not whole: the import
+    that installed it raises :class:`TmpatchError` (what ``apply()`` would have raised had the
+    modules been imported then)."""
+    asked = {name: _strict.pop(name) for name in installed if name in _strict}
+    problems = status().problems(list(asked)) if asked else []
+    if problems:
+        raise TmpatchError(f"{asked[problems[0].name]}: could not apply " + Report.describe(problems))
 
 
 def _arm(patch: Patch) -> None:
@@ -288,11 +304,28 @@ def apply(patches: Names = None, *, exclude: Names = None, strict: Union[bool, N
     checked before anything changes (``TypeError``/``ValueError`` naming the
     valid ones). Returns the report.
     """
+    return _checked("tmpatch", patches, exclude, strict, policies)
+
+
+def apply_from(who: str, patches: Names = None, *, exclude: Names = None, strict: Union[bool, Names] = False,
+               **policies: str) -> Report:
+    """:func:`apply`, whose strict errors begin with ``who`` (the bootstrap's name the variable
+    that asked). A patch ``strict`` is about that is armed (its modules not imported yet) is
+    checked when it is installed: the import that installs it raises."""
+    return _checked(who, patches, exclude, strict, policies)
+
+
+def _checked(who: str, patches: Names, exclude: Names, strict: Any, policies: Dict[str, str]) -> Report:
+    """:func:`apply_from` (for :func:`apply` too: the warning's stack level is the same from both)."""
     with collector_paused():  # what apply() makes and drops never reaches an old generation
         report, strict_about = _apply(patches, exclude, strict, policies)
+    with _engine.lock:
+        for name in strict_about:
+            if name in _pending:
+                _strict[name] = who
     problems = report.problems(strict_about) if strict_about else []
     if problems:
-        raise TmpatchError("tmpatch: could not apply " + report.describe(problems))
+        raise TmpatchError(f"{who}: could not apply " + report.describe(problems))
     return report
 
 
@@ -310,7 +343,7 @@ def _apply(patches: Names, exclude: Names, strict: Any, policies: Dict[str, str]
                 raise TmpatchError(message)
             if not _warned_missing:
                 _warned_missing = True
-                warnings.warn(message, TmpatchWarning, stacklevel=3)  # the caller of apply()
+                warnings.warn(message, TmpatchWarning, stacklevel=4)  # the caller of apply() (through _checked)
         for name in excluded:
             if not _is_applied(name) and name not in _pending:
                 _rows[name] = (State.EXCLUDED, "left out by the caller")
@@ -353,6 +386,7 @@ def revert(patches: Names = None) -> Report:
         for name in catalogue.NAMES:
             if chosen is not None and name not in chosen:
                 continue
+            _strict.pop(name, None)
             if name in _pending:
                 _pending.discard(name)
                 _rows[name] = (State.REVERTED, "reverted before torchmetrics was imported")

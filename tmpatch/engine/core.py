@@ -17,7 +17,8 @@ qualname) and a replacement, and it
   on removal puts back exactly what was there (an absent attribute is deleted again), unless
   somebody else has set it since: their object is left in place, and that is reported;
 * arms wrapt post-import hooks that run a callback when a module is imported,
-  and disarms them; a callback's exception never reaches the importer;
+  and disarms them; a callback's exception never reaches the importer, but for
+  an :class:`ImportRefused` (strict mode: the caller asked for the error);
 * survives ``os.fork()`` (DataLoader workers) while another thread holds ``lock``: the
   fork waits for it a little (:data:`FORK_WAIT_S`), so the child starts from a finished
   apply or revert, and the child never inherits the lock as held by a thread it lacks.
@@ -108,6 +109,11 @@ def _holds(current: Any, layer: Layer) -> bool:
     """Whether ``current`` is the layer's wrapper (or an earlier copy of it), or wraps it."""
     ours = layer.ours()
     return any(obj is mine for obj in _chain(current) for mine in ours)
+
+
+class ImportRefused(RuntimeError):
+    """An error a post-import hook's callback raises on purpose: it reaches the import that fired
+    the hook (every other error is logged, and the import goes on)."""
 
 
 class Engine:
@@ -346,6 +352,8 @@ class Engine:
             del self._hooks[module_name]
             try:
                 callback(module)
+            except ImportRefused:
+                raise
             except Exception:  # noqa: BLE001 - never break the user's import
                 log.exception("tmpatch: post-import hook for %s failed; originals left in place", module_name)
 
