@@ -339,17 +339,21 @@ class Together(_Value):
 class Requirement(_Value):
     """Code outside the patch's targets that a repair relies on (torch's own, say, or another
     function of the release): the function ``module.qualname`` must have one of
-    ``fingerprints``, else the patch is left alone as not recognised. ``None`` among them:
+    ``fingerprints``, else the targets that rely on it are left alone as not recognised:
+    ``targets`` (qualnames or paths; the others are repaired, and the row says *partial*), or,
+    with ``targets`` empty, every target (the row says so). ``None`` among the fingerprints:
     the function may be absent. Its code is looked at underneath tmpatch's own layer, should
     another patch wrap it; which fingerprint was found is what a :func:`told` builder is told."""
 
-    __slots__ = ("module", "qualname", "fingerprints")
+    __slots__ = ("module", "qualname", "fingerprints", "targets")
     module: str
     qualname: str
     fingerprints: Tuple[Optional[str], ...]
+    targets: Tuple[str, ...]
 
-    def __init__(self, module: str, qualname: str, fingerprints: Tuple[Optional[str], ...]) -> None:
-        self._set(module, qualname, fingerprints)
+    def __init__(self, module: str, qualname: str, fingerprints: Tuple[Optional[str], ...],
+                 targets: Tuple[str, ...] = ()) -> None:
+        self._set(module, qualname, fingerprints, targets)
 
     @property
     def path(self) -> str:

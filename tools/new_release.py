@@ -91,7 +91,7 @@ def study(folder: str, release: str) -> Dict[str, Any]:
             entry["patches"] = sorted(set(entry.get("patches", [])) | {name}, key=catalogue.NAMES.index)
             if entry["change"] in ("new", "gone") and name not in touched:
                 touched.append(name)
-        problem = ""
+        needs = []
         for requirement in patch.relies_on if settled is None else ():
             if requirement.module.split(".")[0] != catalogue.HOST:
                 continue  # torch's code: tools/torch_fingerprints.py; the torch at hand decides at apply()
@@ -100,9 +100,10 @@ def study(folder: str, release: str) -> Dict[str, Any]:
                                                          "change": "known" if code in requirement.fingerprints
                                                          else ("gone" if code is None else "new")})
             entry["relied on by"] = sorted(set(entry.get("relied on by", [])) | {name}, key=catalogue.NAMES.index)
-            problem = problem or gating.unmet(requirement, code)
+            needs.append((requirement, gating.unmet(requirement, code)))
             if entry["change"] != "known" and name not in touched:
                 touched.append(name)
+        looked, problem = gating.relying(patch, looked, needs)
         state, reason = settled if settled is not None else gating.judge(patch, release, looked, problem)[:2]
         patches[name] = {"state": state, "reason": reason}
     paths = patch_tests(touched) + [p for p in EVERY_RELEASE if p not in patch_tests(touched)]

@@ -1,5 +1,6 @@
 """Gating at the grain of a target: a patch is repaired where its code is recognised, target by
-target, and the targets declared to go together (``spec.Together``) are left alone together."""
+target, the targets declared to go together (``spec.Together``) are left alone together, and code a
+target relies on (``spec.Requirement``) costs only the targets that rely on it."""
 from __future__ import annotations
 
 from typing import Dict, Optional
@@ -11,7 +12,7 @@ from tmpatch.control import gating
 from tmpatch.control.report import State
 from tmpatch.engine.fingerprint import fingerprint
 from tmpatch.engine.references import PatchError
-from tmpatch.spec import Patch, Target, Together, Variant, since, span
+from tmpatch.spec import Patch, Requirement, Target, Together, Variant, since, span
 
 
 def one(x):
@@ -30,6 +31,10 @@ def changed(x):  # what a new release may hold at a target: code tmpatch has not
     return x - 3 + 0
 
 
+def helper(x):  # code outside the targets that a repair relies on
+    return -x
+
+
 def _build(module):
     return lambda original, *args: original(*args)
 
@@ -38,16 +43,16 @@ RELEASES = span("1.0.0", "1.9.0")
 KNOWN = {"one": one, "two": two, "three": three}
 
 
-def _patch(*together: Together, fixed: str = "") -> Patch:
+def _patch(*together: Together, fixed: str = "", needs: tuple = ()) -> Patch:
     targets = tuple(
         Target("pkg.mod", name, (Variant(RELEASES, fingerprint(fn), None if name == fixed else _build),))
         for name, fn in KNOWN.items())
-    return Patch("toy", "a toy", since("1.0.0"), targets, together=together)
+    return Patch("toy", "a toy", since("1.0.0"), targets, together=together, relies_on=needs)
 
 
 def _original(found: Dict[str, Optional[object]]):
     def original(target):
-        fn = found.get(target.qualname, KNOWN[target.qualname])
+        fn = found.get(target.qualname, {**KNOWN, "helper": helper}[target.qualname])
         if fn is None:
             raise PatchError(f"{target.path} not found")
         return fn
@@ -112,6 +117,35 @@ def test_a_target_of_another_tool_is_left_alone_and_named():
     assert state == State.PARTIAL and "pkg.mod.two (a staticmethod, not the release's own function" in reason
 
 
+def _needs(*targets: str) -> Requirement:
+    return Requirement("pkg.mod", "helper", (fingerprint(helper),), targets)
+
+
+def test_code_relied_on_costs_only_the_targets_that_rely_on_it():
+    patch = _patch(needs=(_needs("two"),))
+    assert _recognise(patch)[0::2] == (State.APPLIED, ["one", "two", "three"])
+    state, reason, found = _recognise(patch, helper=changed)
+    assert (state, found) == (State.PARTIAL, ["one", "three"])
+    assert reason == ("code of 1.0.0-1.9.0 recognised but for 1 of 3 targets, left alone: pkg.mod.two (relies on "
+                      f"pkg.mod.helper, whose code is not recognised (fingerprint {fingerprint(changed)}))")
+    state, reason, found = _recognise(patch, helper=None)  # absent
+    assert (state, found) == (State.PARTIAL, ["one", "three"]) and "pkg.mod.helper, which is absent" in reason
+
+
+def test_code_relied_on_takes_what_goes_with_its_targets_along():
+    patch = _patch(Together("one needs two", targets=("one",), on=("two",)), needs=(_needs("two"),))
+    state, reason, found = _recognise(patch, helper=changed)
+    assert (state, found) == (State.PARTIAL, ["three"])
+    assert reason.endswith("pkg.mod.one left alone with pkg.mod.two (one needs two)")
+
+
+def test_code_every_target_relies_on_leaves_the_patch_alone_and_says_so():
+    state, reason, found = _recognise(_patch(needs=(_needs(),)), helper=changed)
+    assert (state, found) == (State.MISMATCH, [])
+    assert reason == (f"relies on pkg.mod.helper, whose code is not recognised (fingerprint {fingerprint(changed)}); "
+                      "every target relies on it: left alone")
+
+
 @pytest.mark.parametrize("name", catalogue.NAMES)
 def test_what_goes_together_names_targets_of_the_patch(name):
     patch = catalogue.load(name)
@@ -119,3 +153,6 @@ def test_what_goes_together_names_targets_of_the_patch(name):
         assert together.reason
         for target in together.targets + together.on:
             assert gating.named(patch, target), (name, target)
+    for requirement in patch.relies_on:  # the targets that rely on code outside them
+        for target in requirement.targets:
+            assert gating.named(patch, target), (name, requirement.path, target)

@@ -188,11 +188,20 @@ def test_revert_puts_the_release_back():
     assert calls == ["_computed"]  # a reference kept across revert calls the release's code
 
 
-def test_unrecognised_torch_code_leaves_the_patch_alone():
+def _odd(patch, path: str):
+    """``patch`` as it would be on a torch whose code at ``path`` is not any tmpatch knows."""
+    return replace(patch, relies_on=tuple(Requirement(r.module, r.qualname, ("0" * 16,), r.targets)
+                                          if r.path == path else r for r in patch.relies_on))
+
+
+@pytest.mark.parametrize("path, left", [("torch.nn.modules.module.Module.__setattr__", "Metric.__setattr__"),
+                                        ("torch.autograd.grad_mode.set_grad_enabled.__exit__", "Metric._wrap_update")])
+def test_unrecognised_torch_code_costs_the_target_that_stands_for_it(path, left):
     patch = update_bookkeeping.PATCH
-    odd = replace(patch, relies_on=(Requirement("torch.nn.modules.module", "Module.__setattr__", ("0" * 16,)),))
-    state, reason, _ = gating.recognise(odd, str(torchmetrics_release()), _release)
-    assert state == State.MISMATCH and "Module.__setattr__" in reason and "not recognised" in reason
+    state, reason, found = gating.recognise(_odd(patch, path), str(torchmetrics_release()), _release)
+    assert state == State.PARTIAL and f"left alone: torchmetrics.metric.{left} (relies on {path}, whose code is not " \
+        "recognised" in reason, reason
+    assert [target.qualname for target, _ in found] == [t.qualname for t in patch.targets if t.qualname != left]
     state, _, _ = gating.recognise(patch, str(torchmetrics_release()), _release)
     assert state == State.APPLIED
     absent = replace(patch, relies_on=(Requirement("torch.nn.parameter", "_NoSuchMeta.__instancecheck__", (None,)),))

@@ -136,16 +136,29 @@ def recognise(patch: Patch, release: Optional[str], original: Original,
     if done is not None:
         return done[0], done[1], []
     looked = [(target, *_variant(target, original, codes)) for target in here(patch, release)]
-    problem = ""
-    for requirement in patch.relies_on if any(variant is not None for _, variant, _ in looked) else ():
-        problem = _requirement(requirement, original)[1]
-        if problem:
-            break
+    needs = patch.relies_on if any(variant is not None for _, variant, _ in looked) else ()
+    looked, problem = relying(patch, looked, [(r, _requirement(r, original)[1]) for r in needs])
     return judge(patch, release, looked, problem)
 
 
 #: what was found at one target: the target, the variant its code is (None: not recognised), and why not
 Looked = Tuple[Target, Optional[Variant], str]
+
+
+def relying(patch: Patch, looked: Sequence[Looked], needs: Sequence[Tuple[Requirement, str]]) -> Tuple[List[Looked], str]:
+    """What the requirements not met (``needs``: each with why not, '' where met) leave of ``looked``:
+    one that names targets (``Requirement.targets``) leaves those alone, with its why; one that names
+    none leaves the whole patch alone: the problem :func:`judge` is given ('' if none)."""
+    out = list(looked)
+    for requirement, why in needs:
+        if not why:
+            continue
+        if not requirement.targets:
+            return out, f"{why}; every target relies on it: left alone"
+        paths = {target.path for name in requirement.targets for target in named(patch, name)}
+        out = [(target, None, why) if target.path in paths and variant is not None and not variant.fixed
+               else (target, variant, reason) for target, variant, reason in out]
+    return out, ""
 
 
 def judge(patch: Patch, release: Optional[str], looked: Sequence[Looked], problem: str = "") -> Tuple[str, str, Found]:
@@ -187,7 +200,7 @@ def _requirement(requirement: Requirement, original: Original) -> Tuple[Optional
     try:
         code = fingerprint(obj)
     except FingerprintError as exc:
-        return None, f"relies on {requirement.path}: {exc}; left alone"
+        return None, f"relies on {requirement.path}: {exc}"
     return code, unmet(requirement, code)
 
 
@@ -196,8 +209,8 @@ def unmet(requirement: Requirement, code: Optional[str]) -> str:
     if code in requirement.fingerprints:
         return ""
     if code is None:
-        return f"relies on {requirement.path}, which is absent; left alone"
-    return f"relies on {requirement.path}, whose code is not recognised (fingerprint {code}); left alone"
+        return f"relies on {requirement.path}, which is absent"
+    return f"relies on {requirement.path}, whose code is not recognised (fingerprint {code})"
 
 
 def recognised(patch: Patch, found: Found, original: Original) -> Dict[str, Optional[str]]:

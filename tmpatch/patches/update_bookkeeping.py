@@ -37,8 +37,8 @@ everywhere else:
 
 Both stand for torch's code, so torch's ``Module.__setattr__``, the two metaclass checks
 and ``set_grad_enabled``'s ``__init__``/``__enter__``/``__exit__`` are recognised by
-fingerprint (every torch release from 2.1.2 to 2.15.0): with another torch the patch is left
-alone (not recognised). No result, state, error or warning changes.
+fingerprint (every torch release from 2.1.2 to 2.15.0): with another torch, a target whose
+torch code is not recognised is left alone and the other is repaired. No result, state, error or warning changes.
 
 Releases: 0.10.0-1.9.0 (two implementations of ``Metric.__setattr__``: 0.10-0.11 protect
 three constant names, 1.0.0+ six; one of ``Metric._wrap_update``, which ``compiled_update``
@@ -58,16 +58,21 @@ from tmpatch.spec import Edit, Patch, Requirement, Rewrite, Route, Target, Varia
 #: release's ``torch.set_grad_enabled(mode)`` block does around its body. Read from the sources of every
 #: torch release 2.1.2 to 2.15.0 (``tools/torch_fingerprints.py``); each change between them is in a
 #: branch the repair never stands for (2.5: Buffer; 2.8 and 2.9: the buffer branch).
+#: each target relies on the torch code it stands for only: a torch that changed the grad-mode
+#: context manager costs the store its repair no more than the other way round
+_SETATTR, _WRAP = ("Metric.__setattr__",), ("Metric._wrap_update",)
 _TORCH = (
     Requirement("torch.nn.modules.module", "Module.__setattr__",
-                ("2406e9aaa6d917fc", "49bd5f5bf54f09de", "88868aa5b9762db8", "eeeb8065cd4a2d65")),
+                ("2406e9aaa6d917fc", "49bd5f5bf54f09de", "88868aa5b9762db8", "eeeb8065cd4a2d65"), _SETATTR),
     Requirement("torch.nn.parameter", "_ParameterMeta.__instancecheck__",
-                ("b7a04729bfdabf3b", "b4131a01db821147", "b3f4c8268a199dd0")),
+                ("b7a04729bfdabf3b", "b4131a01db821147", "b3f4c8268a199dd0"), _SETATTR),
     Requirement("torch.nn.parameter", "_BufferMeta.__instancecheck__",
-                (None, "2a949c272f244fe0", "fb0ff7ff0f8e118a")),  # torch 2.5+ has Buffer
-    Requirement("torch.autograd.grad_mode", "set_grad_enabled.__init__", ("a56adcb9c6181f8f", "d7ceb2ae69708e49")),
-    Requirement("torch.autograd.grad_mode", "set_grad_enabled.__enter__", ("71e22c0a745b2eb3", "da420dce851354e1")),
-    Requirement("torch.autograd.grad_mode", "set_grad_enabled.__exit__", ("760828d238434892",)),
+                (None, "2a949c272f244fe0", "fb0ff7ff0f8e118a"), _SETATTR),  # torch 2.5+ has Buffer
+    Requirement("torch.autograd.grad_mode", "set_grad_enabled.__init__", ("a56adcb9c6181f8f", "d7ceb2ae69708e49"),
+                _WRAP),
+    Requirement("torch.autograd.grad_mode", "set_grad_enabled.__enter__", ("71e22c0a745b2eb3", "da420dce851354e1"),
+                _WRAP),
+    Requirement("torch.autograd.grad_mode", "set_grad_enabled.__exit__", ("760828d238434892",), _WRAP),
 )
 
 
