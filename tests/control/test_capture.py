@@ -11,6 +11,7 @@ import torch
 
 import tmpatch
 from tests.conftest import assert_bitwise, torch_at_least
+from tmpatch.runtime.compiled import reset_dynamo
 
 pytestmark = pytest.mark.skipif(not torch_at_least(2, 5), reason="torch.compile support starts at torch 2.5")
 
@@ -62,7 +63,7 @@ def test_a_captured_collection_replays_keeps_its_addresses_and_falls_back_on_a_n
     collection, eager = _collection(), _collection()
     update = tmpatch.capture(collection, backend="eager")
     batches = _batches(5) + _batches(1, size=7, seed=1)
-    dynamo.reset()
+    reset_dynamo()
     counters.clear()
     update(*batches[0])
     eager.update(*batches[0])
@@ -161,7 +162,7 @@ def test_states_and_counter_are_static_inputs_and_captures_keep_apart():
 
     tmpatch.apply()
     metrics = [MulticlassAccuracy(num_classes=C, validate_args=False) for _ in range(3)]
-    dynamo.reset()
+    reset_dynamo()
     with dynamo.config.patch(error_on_recompile=True):
         for metric in metrics:
             update = tmpatch.capture(metric, backend="eager")

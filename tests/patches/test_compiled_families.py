@@ -14,6 +14,7 @@ import torch
 import tmpatch
 from tests.conftest import assert_bitwise, release_in
 from tests.patches.test_compiled_update import heavy, pytestmark as _torch_2_5
+from tmpatch.runtime.compiled import reset_dynamo
 
 pytestmark = _torch_2_5  # torch 2.5+
 
@@ -59,7 +60,7 @@ def test_a_marked_update_compiles_in_one_graph(name):
     g = torch.Generator().manual_seed(0)
     batches = [inputs(g) for _ in range(3)]
     metric, eager = make(), make()
-    dynamo.reset()
+    reset_dynamo()
     counters.clear()
     step = torch.compile(lambda args: metric.update(*args), backend="eager", fullgraph=True)
     step(batches[0])

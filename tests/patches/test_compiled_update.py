@@ -25,6 +25,7 @@ import torch
 import tmpatch
 from tests.conftest import assert_bitwise, release_in
 from tmpatch.control import settings
+from tmpatch.runtime.compiled import reset_dynamo
 
 dynamo = pytest.importorskip("torch._dynamo")
 from torch._dynamo.utils import counters  # noqa: E402
@@ -151,7 +152,7 @@ def compiled_run(names: Sequence[str], steps: int = 4, *, fullgraph: bool = True
         target: Callable = Holder()
     else:
         target = step
-    dynamo.reset()
+    reset_dynamo()
     counters.clear()
     fn = torch.compile(target, backend="eager", fullgraph=fullgraph)
     try:
@@ -224,7 +225,7 @@ def test_a_thousand_compiled_steps_recompile_nothing_and_count_every_update():
         for metric, args in zip(metrics, batch):
             metric.update(*args)
 
-    dynamo.reset()
+    reset_dynamo()
     counters.clear()
     fn = torch.compile(step, backend="eager", fullgraph=True)
     fn(pool[0])
@@ -265,7 +266,7 @@ def test_epochs_of_compiled_steps_with_compute_and_reset_between_recompile_nothi
         for metric in held[1:]:
             metric.update(preds, target)
 
-    dynamo.reset()
+    reset_dynamo()
     counters.clear()
     fn = torch.compile(lambda p, t: step(metrics, p, t), backend="eager", fullgraph=True)
     fn(*batches[1])
@@ -290,7 +291,7 @@ def _compiled_accuracy(steps: int = 3) -> Tuple[Any, Callable[[], None]]:
     tmpatch.apply()
     metric = _build("MulticlassAccuracy")[0]
     batch = _inputs("multiclass", 0)
-    dynamo.reset()
+    reset_dynamo()
     fn = torch.compile(lambda: metric.update(*batch), backend="eager", fullgraph=True)
     for _ in range(steps):
         fn()
@@ -338,7 +339,7 @@ def test_a_counted_update_reaches_the_metrics_modules_one_way():
     def step() -> None:
         metric.update(value)
 
-    dynamo.reset()
+    reset_dynamo()
     fn = torch.compile(step, backend="eager", fullgraph=True)
     fn()
     fn()
@@ -376,7 +377,7 @@ def test_forward_after_compiled_updates_sees_their_count():
     tmpatch.apply()
     metric, eager = _build("MeanMetric")[0], _build("MeanMetric")[0]
     values = [_inputs("value", i)[0] for i in range(4)]
-    dynamo.reset()
+    reset_dynamo()
     fn = torch.compile(lambda v: metric.update(v), backend="eager", fullgraph=True)
     for v in values[:3]:
         fn(v)
@@ -394,7 +395,7 @@ def test_forward_in_compiled_code_counts_as_eager(name):
     tmpatch.apply()
     metric, eager = _build(name)[0], _build(name)[0]
     kind = _build(name)[1]
-    dynamo.reset()
+    reset_dynamo()
     fn = torch.compile(lambda args: metric(*args), backend="eager")
     for seed in range(3):
         args = _inputs(kind, seed)
@@ -413,7 +414,7 @@ def test_a_wrapper_that_resets_its_metric_in_compiled_code_counts_as_eager():
 
     tmpatch.apply()
     metric, eager = Running(_build("MeanMetric")[0], window=3), Running(_build("MeanMetric")[0], window=3)
-    dynamo.reset()
+    reset_dynamo()
     fn = torch.compile(lambda v: metric.update(v), backend="eager")
     for seed in range(5):
         value = _inputs("value", seed)[0]
@@ -455,7 +456,7 @@ def test_a_new_metric_in_place_of_another_recompiles_nothing_and_counts_for_itse
     tmpatch.apply()
     box = [_build("MulticlassAccuracy")[0]]
     batch = _inputs("multiclass", 0)
-    dynamo.reset()
+    reset_dynamo()
     fn = torch.compile(lambda: box[0].update(*batch), backend="eager", fullgraph=True)
     fn()
     first = box[0]
@@ -486,7 +487,7 @@ def test_a_collection_updates_in_one_graph(eager_first):
     batches = [_inputs("multiclass", i) for i in range(5)]
     if eager_first:
         collection.update(*batches[0])
-    dynamo.reset()
+    reset_dynamo()
     counters.clear()
     fn = torch.compile(lambda p, t: collection.update(p, t), backend="eager", fullgraph=True)
     fn(*batches[1])
@@ -616,7 +617,7 @@ def test_metrics_built_dropped_or_updated_eagerly_between_steps_recompile_nothin
     def step(x: torch.Tensor) -> None:
         metric.update(x)
 
-    dynamo.reset()
+    reset_dynamo()
     compiled = torch.compile(step, backend="eager", fullgraph=True)
     compiled(torch.rand(N))
     with dynamo.config.patch(error_on_recompile=True):
@@ -669,7 +670,7 @@ def test_compiled_updates_keep_their_states_tensors_as_static_inputs():
     eager.load_state_dict(model.state_dict())
     metrics = (model.accuracy, model.maximum)
     tensors = [getattr(m, key) for m in metrics for key in m._defaults]
-    dynamo.reset()
+    reset_dynamo()
     fn = torch.compile(model, backend="eager", fullgraph=True)
     with torch.no_grad():
         for seed in range(3):
@@ -698,7 +699,7 @@ def test_with_inductor_integer_states_are_bit_for_bit_and_float_states_close():
         for metric, args in zip(metrics, batch):
             metric.update(*args)
 
-    dynamo.reset()
+    reset_dynamo()
     counters.clear()
     fn = torch.compile(step, fullgraph=True)  # inductor
     for batch in batches:
@@ -742,7 +743,7 @@ def _labels_step(steps: int) -> Dict[str, Any]:
                 metric.update(logits, target)
         return loss
 
-    dynamo.reset()
+    reset_dynamo()
     counters.clear()
     fn = torch.compile(step, backend="eager")
     with warnings.catch_warnings():

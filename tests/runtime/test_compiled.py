@@ -40,7 +40,7 @@ def toy(tmp_path, monkeypatch):
 
 
 def _compile(fn):
-    dynamo.reset()
+    compiled.reset_dynamo()
     counters.clear()
     return torch.compile(fn, backend="eager")
 
@@ -127,7 +127,7 @@ def test_an_inline_only_function_is_inlined_in_traced_code_and_no_frame_of_its_o
         step = _compile(lambda x, eager=eager: eager(x))
         assert torch.equal(step(torch.zeros(1)), torch.full((1,), 2.0 if traced else 1.0))
         assert (counters["stats"]["unique_graphs"] > 0) is traced
-    dynamo.reset()
+    compiled.reset_dynamo()
     assert torch.equal(torch.compile(lambda x: helper(x) * 1, backend="eager", fullgraph=True)(torch.zeros(1)),
                        torch.full((1,), 2.0))
 
@@ -163,3 +163,36 @@ def test_compiling_before_dynamo_is_imported_reads_torchs_flag_and_follows_its_i
         torch.compile(probe, backend="eager")(torch.zeros(1))
         assert seen == [True], seen
     """)
+
+
+@pytest.mark.parametrize("reset", ["torch._dynamo.reset", "reset_dynamo"])
+def test_reset_dynamo_survives_a_backend_whose_reset_imports_a_module_that_caches_a_backend(reset):
+    """A ``reduce-overhead`` backend's reset imports ``torch._inductor.cudagraph_trees`` the first time;
+    where that import caches a backend, torch's own reset fails ("dictionary changed size during
+    iteration": seen after the audit's graph-break run). Modelled in a fresh process by a backend whose
+    reset does just that; :func:`compiled.reset_dynamo` imports the module before torch walks the dict."""
+    from tests.conftest import run_python
+
+    proc = run_python(f"""
+        import sys, torch, torch._dynamo
+        from torch._dynamo import eval_frame
+        from tmpatch.runtime.compiled import reset_dynamo
+        name = "torch._inductor.cudagraph_trees"
+        assert name not in sys.modules
+
+        class Backend:
+            def reset(self):
+                fresh = name not in sys.modules
+                __import__(name)
+                if fresh:  # what the import did in the failing run
+                    eval_frame.cached_backends.setdefault(id(object()), object())
+
+        eval_frame.cached_backends[id(Backend)] = Backend()
+        try:
+            {reset}()
+            print("ok")
+        except RuntimeError as exc:
+            print(exc)
+    """)
+    expected = "ok" if reset == "reset_dynamo" else "dictionary changed size during iteration"
+    assert proc.stdout.strip().splitlines()[-1] == expected, proc.stdout + proc.stderr

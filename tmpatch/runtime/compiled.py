@@ -246,3 +246,18 @@ def prepare(arm: Callable[[str, Callable[[Any], None]], None]) -> None:
         arm(DYNAMO, on_dynamo)
         # the flag stands for torch's check only where is_compiling() reads it (torch 2.3+)
         _absent(DYNAMO not in sys.modules and _state.flags is not _NoFlag)
+
+
+def reset_dynamo() -> None:
+    """``torch._dynamo.reset()``, also where a ``mode="reduce-overhead"`` compile (the
+    default of :func:`tmpatch.capture`) is cached: that backend's reset imports
+    ``torch._inductor.cudagraph_trees`` the first time, and the import adds a backend to the
+    dict torch is walking ("dictionary changed size during iteration", torch 2.13). The
+    module is imported first, where it can be."""
+    import torch._dynamo
+
+    try:
+        import torch._inductor.cudagraph_trees  # noqa: F401 - imported for its side effect, see above
+    except Exception:  # noqa: BLE001 - a torch without it: its reset does not import it either
+        pass
+    torch._dynamo.reset()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 from tmpatch.audit.oracle.locate import short_path
+from tmpatch.runtime.compiled import reset_dynamo
 
 log = logging.getLogger("tmpatch")
 
@@ -86,7 +87,7 @@ def graph_breaks(fn: Callable[..., Any], *args: Any, steps: int = 3, **kwargs: A
         level = quiet.level
         quiet.setLevel(logging.CRITICAL)
         try:
-            torch._dynamo.reset()
+            reset_dynamo()
             counters.clear()
             call, a, k = copy_modules(fn, args, kwargs)
             try:
@@ -101,7 +102,7 @@ def graph_breaks(fn: Callable[..., Any], *args: Any, steps: int = 3, **kwargs: A
                 if not any(s.startswith(where + ":") for s in result.sites):
                     result.sites.append(site)
             result.outside = sum(1 for reason in counters["graph_break"] if _is_outside(reason))
-            torch._dynamo.reset()
+            reset_dynamo()
             counters.clear()
             call, a, k = copy_modules(fn, args, kwargs)
             compiled = torch.compile(call, backend="eager")
@@ -113,7 +114,7 @@ def graph_breaks(fn: Callable[..., Any], *args: Any, steps: int = 3, **kwargs: A
         except Exception as exc:  # noqa: BLE001 - a later step's crash: reported, never raised
             result.error = result.error or f"{type(exc).__name__}: {_reason(exc)}"
         finally:
-            torch._dynamo.reset()
+            reset_dynamo()
             counters.clear()
             quiet.setLevel(level)
     return result
