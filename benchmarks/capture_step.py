@@ -20,8 +20,8 @@ in rotating order, and reports the median step time, its ratio to ``no metrics``
 compiled ones also to ``compiled, no metrics``) and the metrics' share of the step
 (``variant / its no-metrics step - 1``; the goal: at most 5% for ``captured``). Each child
 also reports the graphs inductor did not capture (``counters["inductor"]["cudagraph_skips"]``;
-the reasons are in its log, ``--logs``) and whether the metrics' results equal those of ``eager patched`` (``same``). Not run on a GPU
-here: the CPU smoke run checks the script.
+the reasons are in its log, ``--logs``) and whether the metrics' results equal those of ``eager patched``
+(``same``). Not run on a GPU here: the CPU smoke run checks the script.
 """
 from __future__ import annotations
 
@@ -109,7 +109,8 @@ def child(args: argparse.Namespace, variant: str) -> None:
         step(*batches[i % len(batches)])
     sync()
     # the metrics' results after the warm-up, against eager patched's (the parent compares them)
-    result = [round(float(v), 4) for v in [mean.compute()] + list(collection.compute().values())] if with_metrics else []
+    result = ([round(float(v), 4) for v in [mean.compute()] + list(collection.compute().values())]
+              if with_metrics else [])
     skips = counters["inductor"]["cudagraph_skips"]
     print("ready", skips, " ".join(map(str, result)) or "-", flush=True)
     i = 0

@@ -254,7 +254,8 @@ def main(argv: List[str]) -> int:
 
             name = torchmetrics.__version__
         print(f"torchmetrics {name}, torch {torch.__version__}, {args.device}, backend {args.backend}, set "
-              f"{args.set}, model {args.model}, batch {args.batch}, {args.classes} classes; {args.rounds} rounds x {args.number} steps",
+              f"{args.set}, model {args.model}, batch {args.batch}, {args.classes} classes; "
+              f"{args.rounds} rounds x {args.number} steps",
               flush=True)
         for line in measure(args, run_env):
             print(line, flush=True)

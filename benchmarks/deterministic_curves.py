@@ -55,7 +55,8 @@ def main() -> None:
                 times[patched].append(_time(metric, preds, target))
         tmpatch.revert()
         before, after = statistics.median(times[False]), statistics.median(times[True])
-        print(f"{name:48s} release {before * 1e3:9.2f}  patched {after * 1e3:8.2f}  ratio {after / before:.5f} ({before / after:,.0f}x faster)")
+        print(f"{name:48s} release {before * 1e3:9.2f}  patched {after * 1e3:8.2f}  ratio {after / before:.5f} "
+              f"({before / after:,.0f}x faster)")
 
 
 if __name__ == "__main__":

@@ -250,8 +250,8 @@ def cost(python: str, trees: List[str], runs: int, loads: List[str], heap: bool,
         print(f"{tree[-34:]:<34} " + " ".join(f"{_ms(times[tree][c]):>16}" for c in columns[:3])
               + f" {_ms(times[tree]['import']):>17}")
     if shares:
-        print(f"\nwhere warm goes ({shares} more runs per tree; median ms): the collector's passes during it (passes of "
-              "generation 0/1/2), the imports it makes, the look for references, the rest (building, fingerprints, "
+        print(f"\nwhere warm goes ({shares} more runs per tree; median ms): the collector's passes during it (passes "
+              "of generation 0/1/2), the imports it makes, the look for references, the rest (building, fingerprints, "
               "installing)")
         print(f"{'tree':<34} {'total':>7} {'collection':>11} {'passes':>9} {'imports':>8} {'references':>11} "
               f"{'building':>9}")
@@ -272,10 +272,12 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--cost", action="append", metavar="TREE",
                         help="measure apply() and TMPATCH=1 on an import with the tmpatch in TREE (repeatable)")
     parser.add_argument("--load", nargs="*", default=list(LOADS), metavar="MODULE",
-                        help=f"--cost: what the process imports after torch and torchmetrics (default: {' '.join(LOADS)})")
+                        help=f"--cost: what the process imports after torch and torchmetrics "
+                             f"(default: {' '.join(LOADS)})")
     parser.add_argument("--heap", action="store_true",
                         help="--cost: 2,500 modules and 250,000 objects made up (with --load and no module: instead)")
-    parser.add_argument("--shares", type=int, default=5, help="--cost: runs per tree for where apply() goes (default 5)")
+    parser.add_argument("--shares", type=int, default=5,
+                        help="--cost: runs per tree for where apply() goes (default 5)")
     args = parser.parse_args(argv)
     if args.cost:
         return cost(args.python, args.cost, args.runs or 15, args.load, args.heap, args.shares)

@@ -222,8 +222,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"\nheadline: patched step time within 1% of no metrics: {verdict} ({(patched - 1) * 100:+.2f}%)")
     else:
         print("\nOn the CPU nothing waits for a device: the times show host cost only, and the syncs are those "
-              "the same step would have on CUDA (sync points: a CUDA bincount is one point but two syncs). Run with --device cuda on a GPU for the headline "
-              "(patched step time within 1% of no metrics).")
+              "the same step would have on CUDA (sync points: a CUDA bincount is one point but two syncs). "
+              "Run with --device cuda on a GPU for the headline (patched step time within 1% of no metrics).")
     return 0
 
 

@@ -102,8 +102,8 @@ def test_no_tests_collected_is_a_failure(monkeypatch, capsys):
     matrix = _matrix_module()
     monkeypatch.setattr(matrix, "install", lambda release, folder: None)
     monkeypatch.setattr(matrix, "_torch_of", lambda python: "x")
-    monkeypatch.setattr(matrix, "run", lambda python, release, folder, args, first=False, explore="", processes=True, full_counts=None: (5 if release == "1.4.0" else 0, 0.0,
-                                                                              "no tests ran"))
+    monkeypatch.setattr(matrix, "run", lambda python, release, folder, args, first=False, explore="", processes=True,
+                        full_counts=None: (5 if release == "1.4.0" else 0, 0.0, "no tests ran"))
     assert matrix.main(["-r", "1.4.0", "-r", "1.9.0"]) == 1
     assert capsys.readouterr().out.rstrip().splitlines()[-1] == "matrix: 1 passed, 1 failed"
 
@@ -221,7 +221,8 @@ def test_a_venv_pip_cannot_fill_is_removed_and_its_error_shows_pip(monkeypatch, 
         if "venv" in cmd:
             (folder / "bin").mkdir(parents=True)
             return matrix.subprocess.CompletedProcess(cmd, 0)
-        return matrix.subprocess.CompletedProcess(cmd, 1, "Collecting torch\nERROR: [Errno 28] No space left on device\n")
+        return matrix.subprocess.CompletedProcess(cmd, 1,
+                                                  "Collecting torch\nERROR: [Errno 28] No space left on device\n")
 
     monkeypatch.setattr(matrix.subprocess, "run", run)
     with pytest.raises(RuntimeError, match=r"(?s)exited 1 \(.* GiB free now\).*No space left on device"):

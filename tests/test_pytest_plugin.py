@@ -175,7 +175,8 @@ BUILT = aggregation.MeanMetric()  # built at collection: holds the update it fin
 SEEN = {{}}
 
 def snapshot():
-    return api.status().states(), dict(policies.current), vars(aggregation.MeanMetric)["update"], vars(data)["_bincount"]
+    return (api.status().states(), dict(policies.current), vars(aggregation.MeanMetric)["update"],
+            vars(data)["_bincount"])
 
 def test_0_record():
     SEEN["before"] = snapshot()

@@ -117,7 +117,8 @@ def test_bincounts_text_names_where_upstream_counts_an_invalid_class_silently():
 def test_the_deferred_reports_settle_points_and_their_cost_are_told():
     text = _flat(_read("docs", "guide", "deferred.rst"))
     text = text.split("When a report comes", 1)[1].split("Which patches defer what", 1)[0]
-    for point in ("``reset()``", "``state_dict()``", "pickling", "``merge_state()``", "``sync()``", "reads the device once"):
+    for point in ("``reset()``", "``state_dict()``", "pickling", "``merge_state()``", "``sync()``",
+                  "reads the device once"):
         assert point in text, point
 
 

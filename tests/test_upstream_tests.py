@@ -263,8 +263,8 @@ def test_the_venv_borrows_this_interpreters_torch_whole():
 
 def test_the_table_and_the_json_give_each_part_its_figures():
     finding = up.Finding("unittests/x.py::t", "regression", "AssertionError", "failed", "")
-    fig = up.PartFigures(up.Part("classification", True), 120, 4, 3, 110, 1, [finding], {"patched": 30.0, "reruns": 5.0},
-                         "", 70.0)
+    fig = up.PartFigures(up.Part("classification", True), 120, 4, 3, 110, 1, [finding],
+                         {"patched": 30.0, "reruns": 5.0}, "", 70.0)
     head, row = up.table("1.9.0", [fig])[1:]
     assert row.split() == ["classification", "(DDP)", "120", "4", "3", "110", "1", "0", "0", "35", "70"]
     assert head.split()[:3] == ["domain", "tests", "skipped"]
@@ -274,7 +274,8 @@ def test_the_table_and_the_json_give_each_part_its_figures():
 
 
 def test_a_sample_keeps_every_function_and_the_same_ids_each_time():
-    ids = [f"unittests/a.py::test_f[{i}]" for i in range(1000)] + ["unittests/a.py::test_g[x]", "unittests/a.py::test_h"]
+    ids = ([f"unittests/a.py::test_f[{i}]" for i in range(1000)]
+           + ["unittests/a.py::test_g[x]", "unittests/a.py::test_h"])
     kept = plugin.sampled(ids, 10)
     assert kept == plugin.sampled(list(reversed(ids)), 10)  # by the ids alone
     assert {"unittests/a.py::test_g[x]", "unittests/a.py::test_h"} <= kept  # a function of one id keeps it

@@ -47,7 +47,8 @@ def _source(folder: str, module: str, qualname: str) -> Optional[str]:
 
 
 def main(folders: List[str]) -> int:
-    folders = sorted(folders, key=lambda f: [int(p) if p.isdigit() else -1 for p in _release(f).replace("post", "").split(".")])
+    folders = sorted(folders, key=lambda f: [int(p) if p.isdigit() else -1
+                                             for p in _release(f).replace("post", "").split(".")])
     for name in catalogue.NAMES:
         patch = catalogue.load(name)
         for target in patch.targets:
@@ -59,7 +60,8 @@ def main(folders: List[str]) -> int:
             sys.stdout.write(f"{name}: {target.path}\n")
             for code, releases in groups.items():
                 variant = target.variant_for(code)
-                known = ("fixed" if variant.fixed else "patched") + f" as {describe(variant.releases)}" if variant else "UNKNOWN"
+                known = (("fixed" if variant.fixed else "patched") + f" as {describe(variant.releases)}"
+                         if variant else "UNKNOWN")
                 sys.stdout.write(f"  {code}  {releases[0]} .. {releases[-1]} ({len(releases)})  {known}\n")
         for requirement in patch.relies_on:  # the release's code it relies on (torch's: tools/torch_fingerprints.py)
             if requirement.module.split(".")[0] != catalogue.HOST:

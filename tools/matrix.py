@@ -23,7 +23,8 @@ hypothesis comparison's full count of examples; each other release runs the test
 patches whose targets' code changes there (:func:`changed_patches`: a target's variant differs
 from the one of the release before it) and the tests of EVERY_RELEASE, with a tenth of the
 examples (``TMPATCH_TEST_EXAMPLES`` set beforehand wins; ``--full``: the whole suite everywhere).
-So each patch's tests run on every release where its code changed. Hypothesis draws the same examples at every run and keeps no database
+So each patch's tests run on every release where its code changed. Hypothesis draws the
+same examples at every run and keeps no database
 (tests/conftest.py), so a run's outcome depends on the code alone; ``--explore`` searches with
 fresh draws instead, each run keeping what it finds in its own database
 (``.hypothesis/<torch>-<release>``), which later ``--explore`` runs of that pair replay. Exits
@@ -71,8 +72,8 @@ BETWEEN = "0.1"
 #: machine's disk, Python 3.11). torch 2.13.0, a CPU-only build and this interpreter's, runs every
 #: other release (the tests of what changed there, :func:`selected_tests`) and, first, 1.0.0 whole
 #: (the ``once`` tests; a tenth of the examples there: its full counts run on 2.14.1). Python 3.13 runs
-#: a test about half again as long as 3.11: 2.15.0 carries the newest anchors, 2.14.1 the others. Each older torch (CUDA builds) runs the torch-dependent tests (TORCH_TESTS)
-#: with the releases its users would have
+#: a test about half again as long as 3.11: 2.15.0 carries the newest anchors, 2.14.1 the others.
+#: Each older torch (CUDA builds) runs the torch-dependent tests (TORCH_TESTS) with the releases its users would have
 PLAN: Dict[str, Tuple[str, ...]] = {
     CURRENT: tuple(r for r in RELEASES if r not in ANCHORS or r == RELEASES[0]),
     "2.15.0": ("1.9.0", "1.4.0"),

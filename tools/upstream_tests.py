@@ -73,7 +73,8 @@ DOMAINS: Dict[str, Tuple[str, ...]] = {
     "image": ("unittests/image",),
     "segmentation": ("unittests/segmentation",),
     "audio": ("unittests/audio",),
-    "detection": ("unittests/detection/test_panoptic_quality.py", "unittests/detection/test_modified_panoptic_quality.py"),
+    "detection": ("unittests/detection/test_panoptic_quality.py",
+                  "unittests/detection/test_modified_panoptic_quality.py"),
     "text": ("unittests/text/test_perplexity.py",),
 }
 
@@ -253,7 +254,8 @@ def drop_unloadable(python: str, package: str) -> bool:
     (PyPI's torchvision for a torch release is a CUDA build, which does not load beside a CPU
     torch; netcal pulls it in): torchmetrics imports an installed torchvision, and would fail
     whole. Returns whether it was removed."""
-    probe = subprocess.run([python, "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec({package!r}) is None)"],
+    probe = subprocess.run([python, "-c",
+                            f"import importlib.util, sys; sys.exit(importlib.util.find_spec({package!r}) is None)"],
                            capture_output=True, check=False)
     if probe.returncode != 0:
         return False  # not installed
@@ -389,7 +391,8 @@ class Runner:
                 only_count: Optional[int] = None) -> List[str]:
         command = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "upstream_report",
                    "--rootdir", self.tests_dir, "--upstream-report", report,
-                   "-m", "DDP" if part.ddp else "not DDP", f"--timeout={TEST_TIMEOUT}", "-o", "console_output_style=classic",
+                   "-m", "DDP" if part.ddp else "not DDP", f"--timeout={TEST_TIMEOUT}",
+                   "-o", "console_output_style=classic",
                    "--continue-on-collection-errors"]  # a file that cannot be imported is its own error
         if only:
             command += ["--upstream-only", only]
@@ -602,7 +605,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--ddp-only", action="store_true", help="only the tests marked DDP")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                         help="pytest-xdist workers for the tests not marked DDP (default: the cores)")
-    parser.add_argument("--archives", help="the folder of torchmetrics-<release>-tests.tar.gz (default: shared/upstream)")
+    parser.add_argument("--archives",
+                        help="the folder of torchmetrics-<release>-tests.tar.gz (default: shared/upstream)")
     parser.add_argument("--workdir", help="where the tests are unpacked and the runs' reports go "
                                           "(default: a folder under the system's temporary directory)")
     parser.add_argument("--json", metavar="FILE", help="save every figure and finding as JSON")
@@ -627,7 +631,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ddp_modes = [True] if args.ddp_only else [False] if (args.no_ddp or args.ci) else [False, True]
     sampled = ", ".join(f"{d or 'every domain'} 1/{n}" for d, n in sample.items())
     sampled = f" (every test function, a share of the parametrizations: {sampled})" if sampled else ""
-    say(f"upstream {args.release}: {', '.join(domains)}{'' if True in ddp_modes else ' (DDP tests left out)'}{sampled}; "
+    say(f"upstream {args.release}: {', '.join(domains)}"
+        f"{'' if True in ddp_modes else ' (DDP tests left out)'}{sampled}; "
         f"tests in {tests_dir}, runs' logs in {scratch}")
     figures: List[PartFigures] = []
     for domain in domains:

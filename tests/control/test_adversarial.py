@@ -200,7 +200,8 @@ def test_a_binding_that_refuses_the_original_is_named_and_the_rest_go_back():
         assert "tmpatch_probe_refusing._bincount refused the original (AttributeError: read-only module)" in \
             report["bincount"].reason, report["bincount"].reason
         assert data._bincount is original and not tmpatch.is_patched(holder._bincount)
-        assert holder._bincount(__import__("torch").tensor([0, 2]), minlength=3).tolist() == [1, 0, 1]  # it passes through
+        # it passes through
+        assert holder._bincount(__import__("torch").tensor([0, 2]), minlength=3).tolist() == [1, 0, 1]
     finally:
         _Refusing.refuse = False
         del sys.modules[holder.__name__]

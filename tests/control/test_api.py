@@ -422,7 +422,8 @@ def test_an_exception_inside_a_patch_never_reaches_the_users_import():
         target = patches.load("mean_default_weight").targets[0]
         def broken(module):
             raise RuntimeError("boom in a replacement")
-        object.__setattr__(target, "variants", tuple(Variant(v.releases, v.fingerprint, broken) for v in target.variants))
+        object.__setattr__(target, "variants",
+                           tuple(Variant(v.releases, v.fingerprint, broken) for v in target.variants))
         tmpatch.apply()
         import torchmetrics                     # must not raise
         row = tmpatch.status()["mean_default_weight"]
@@ -533,7 +534,8 @@ def test_two_patches_wrapping_one_target_are_joined_and_taken_off_one_at_a_time(
             return compute
 
         saved[name] = (target, target.variants)
-        object.__setattr__(target, "variants", tuple(Variant(v.releases, v.fingerprint, build) for v in target.variants))
+        object.__setattr__(target, "variants",
+                           tuple(Variant(v.releases, v.fingerprint, build) for v in target.variants))
     try:
         report = tmpatch.apply(list(patches))
         assert {n: report[n].state for n in patches} == {n: "applied" for n in patches}

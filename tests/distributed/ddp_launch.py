@@ -199,7 +199,8 @@ def spawn(
                     f"killed pids {killed}"
                 )
     except ProcessException as exc:  # a rank raised, or exited with a signal / non-zero code
-        raise WorkerError(f"{fn.__name__} on {world_size} ranks failed:{exc}{_other_tracebacks(context, exc)}") from None
+        raise WorkerError(
+            f"{fn.__name__} on {world_size} ranks failed:{exc}{_other_tracebacks(context, exc)}") from None
     finally:
         _kill(context.processes)  # nothing outlives the call
         for path in getattr(context, "error_files", ()):
@@ -249,7 +250,8 @@ def torchrun(
                 _note_teardown("torchrun", killed)
                 sys.stderr.write(output[-4000:])
                 return load_results(out_dir, range(world_size))
-            raise WorkerTimeout(f"torchrun still running after {timeout:.0f}s; killed pids {killed}:\n{output}") from None
+            raise WorkerTimeout(
+                f"torchrun still running after {timeout:.0f}s; killed pids {killed}:\n{output}") from None
         log.seek(0)
         output = log.read()
     if proc.returncode != 0:

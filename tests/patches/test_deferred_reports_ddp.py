@@ -8,7 +8,8 @@ MulticlassConfusionMatrix, unpatched and then with every patch applied, in ``upd
 the counts are the same. A NaN (and an invalid class) seen on one rank is reported on
 that rank, after the release's compute and sync finished on every rank (none waits in a
 collective), and the job goes on (the reports wait for compute() here, as on a GPU before
-their evidence reaches the host: a report given at an update comes on its rank, as upstream's); a sync() by hand reports after its collectives (on every
+their evidence reaches the host: a report given at an update comes on its rank, as upstream's);
+a sync() by hand reports after its collectives (on every
 rank with coalesced_sync). A job where rank 0 is patched and the others are not runs to the end
 with the values of an unpatched job.
 

@@ -353,7 +353,8 @@ def test_on_a_gpu_ignored_positions_are_not_counted_as_invalid(device_timing):
     (taken off): both go to the host as they are and are counted there."""
     _apply()
     metric = MulticlassAccuracy(num_classes=3, ignore_index=0, validate_args=False)
-    targets = [torch.tensor([0, 1, 2, 0, 1])] * 3 + [torch.tensor([0, 1, 2, 0, 7])] + [torch.tensor([0, 1, 2, 0, 1])] * 20
+    targets = ([torch.tensor([0, 1, 2, 0, 1])] * 3 + [torch.tensor([0, 1, 2, 0, 7])]
+               + [torch.tensor([0, 1, 2, 0, 1])] * 20)
     caught = []
     for step, target in enumerate(targets, 1):
         try:

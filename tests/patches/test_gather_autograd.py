@@ -67,7 +67,8 @@ class FakeGroup:
         assert self._is_group(group), f"barrier on {group!r}"
         self.calls.append("barrier")
 
-    def all_gather(self, tensor_list: List[torch.Tensor], tensor: torch.Tensor, group: Any = None, async_op: bool = False):
+    def all_gather(self, tensor_list: List[torch.Tensor], tensor: torch.Tensor, group: Any = None,
+                   async_op: bool = False):
         assert self._is_group(group), f"all_gather on {group!r}"
         assert len(tensor_list) == len(self.peers)
         local = self.peers[self.rank]

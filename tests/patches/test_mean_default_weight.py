@@ -151,7 +151,8 @@ def test_the_default_weight_no_longer_copies_from_the_host():
     assert not host_copies(patched), str(patched)
 
 
-@pytest.mark.parametrize("args", [(3.5,), (torch.rand(4), 2.0), (7,), (1.5, 0.5)], ids=["value", "weight", "int", "both"])
+@pytest.mark.parametrize("args", [(3.5,), (torch.rand(4), 2.0), (7,), (1.5, 0.5)],
+                         ids=["value", "weight", "int", "both"])
 def test_python_scalars_no_longer_copy_from_the_host(args):
     from tmpatch.audit import audit
 

@@ -150,7 +150,8 @@ def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(
         metric.update(preds, target, indexes=indexes)  # no error here
         metric.update(preds, target, indexes=indexes)
         metric.update(preds, torch.tensor([0, 0, 0, 1]), indexes=indexes)
-        with pytest.raises(ValueError, match=r"^`target` must contain `binary` values \(tmpatch retrieval_check: 2 upd"):
+        with pytest.raises(ValueError,
+                           match=r"^`target` must contain `binary` values \(tmpatch retrieval_check: 2 upd"):
             metric.compute()
         metric.compute()  # reported once
         metric.update(preds, target, indexes=indexes)

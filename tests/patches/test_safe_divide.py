@@ -16,7 +16,8 @@ HAS_ZERO_DIVISION = release_in(">=1.4.0")
 HAS_WARN = release_in(">=1.6.2")
 pytestmark = pytest.mark.skipif(not NEEDED, reason="safe_divide is not needed on this release")
 
-DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64, torch.uint8, torch.bool]
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64, torch.uint8,
+          torch.bool]
 FLOATS = [0.0, -0.0, 1.0, -1.5, 2.0, 3.0, 1e-8, 1e30, float("inf"), -float("inf"), float("nan"), 65504.0, 0.1]
 INTS = [0, 1, 2, 3, 7, 100]
 SHAPES = [(), (0,), (1,), (3,), (2, 3)]

@@ -1,4 +1,5 @@
-"""update_bookkeeping: plain stores where nn.Module.__setattr__ ends in one, the grad-mode block without its context manager where the mode is set; the release's code elsewhere."""
+"""update_bookkeeping: plain stores where nn.Module.__setattr__ ends in one, the grad-mode block without its
+context manager where the mode is set; the release's code elsewhere."""
 from __future__ import annotations
 
 import pickle

@@ -53,7 +53,8 @@ def test_compiled_code_calls_the_replacement_and_breaks_nowhere(toy):
     engine = Engine()
     engine.install(("toycompile.core", "target"), lambda original, x, scale=2: original(x, scale) + 100,
                    method=False, scope="toycompile", sweep=True)
-    engine.install(("toycompile.core", "Thing.method"), lambda original, self, x, shift=1: original(self, x, shift) * 10,
+    engine.install(("toycompile.core", "Thing.method"),
+                   lambda original, self, x, shift=1: original(self, x, shift) * 10,
                    method=True, scope="toycompile", sweep=True)
     engine.install(("toycompile.core", "plain"), lambda original, x: original(x) + 1000,
                    method=False, scope="toycompile", sweep=True)

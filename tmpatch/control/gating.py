@@ -145,7 +145,8 @@ def recognise(patch: Patch, release: Optional[str], original: Original,
 Looked = Tuple[Target, Optional[Variant], str]
 
 
-def relying(patch: Patch, looked: Sequence[Looked], needs: Sequence[Tuple[Requirement, str]]) -> Tuple[List[Looked], str]:
+def relying(patch: Patch, looked: Sequence[Looked],
+            needs: Sequence[Tuple[Requirement, str]]) -> Tuple[List[Looked], str]:
     """What the requirements not met (``needs``: each with why not, '' where met) leave of ``looked``:
     one that names targets (``Requirement.targets``) leaves those alone, with its why; one that names
     none leaves the whole patch alone: the problem :func:`judge` is given ('' if none)."""

@@ -18,7 +18,8 @@ bootstrap or by the first ``apply()``
 Adding a policy is one row: ``Setting("name", "help line", choices=(default,
 ...), policy=True)``; it then has a ``TMPATCH_NAME`` variable (checked and
 listed in ``tmpatch --help``), an ``apply(name=...)`` keyword, a ``tmpatch run
---name`` option, a ``@pytest.mark.tmpatch(name=...)`` keyword and an entry in :data:`tmpatch.runtime.policies.current`, which the patch reads.
+--name`` option, a ``@pytest.mark.tmpatch(name=...)`` keyword and an entry in
+:data:`tmpatch.runtime.policies.current`, which the patch reads.
 
 This module is imported at interpreter start-up (through :mod:`tmpatch.control.env`):
 it imports nothing but :mod:`os`.

@@ -29,8 +29,9 @@ later instead, exactly once, without a read of their own (:mod:`tmpatch.runtime.
   and MultitaskWrapper, not yet ``WrapperMetric`` subclasses, get the book layer too).
 
 Releases: 0.10.0-1.9.0 (one to four implementations of each target, one of ``_wrap_update``,
-which ``compiled_update`` and ``update_bookkeeping`` edit too; ``Running`` from 1.0.0). Up to 1.0.x ClasswiseWrapper, MultioutputWrapper (0.11.1+) and MultitaskWrapper
-(1.0.x) override ``_wrap_compute`` themselves.
+which ``compiled_update`` and ``update_bookkeeping`` edit too; ``Running`` from 1.0.0). Up to
+1.0.x ClasswiseWrapper, MultioutputWrapper (0.11.1+) and MultitaskWrapper (1.0.x) override
+``_wrap_compute`` themselves.
 ``tmpatch.revert()`` keeps pending reports: the compute layer stays with the metrics
 built while applied (:func:`deferred.detach`). What a metric still holds when it is
 garbage-collected, or when the process or a ``multiprocessing`` child ends, is logged then

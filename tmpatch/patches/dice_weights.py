@@ -46,7 +46,8 @@ def _helpers(module: ModuleType) -> Dict[str, Any]:
 
 
 EDITS = Rewrite(
-    (Edit("weights_flatten[infs] = w_max[infs]", "weights_flatten = _tmpatch_take_weights(infs, w_max, weights_flatten)"),),
+    (Edit("weights_flatten[infs] = w_max[infs]",
+          "weights_flatten = _tmpatch_take_weights(infs, w_max, weights_flatten)"),),
     _helpers,
 )
 

@@ -196,7 +196,8 @@ def build_distances(module: ModuleType) -> Callable[..., Any]:
         return (rows + cols).float()
 
     def nearest(edges: Any, sampling: List[Any], metric: str) -> Any:
-        """``(2, h, w)`` edge masks -> per mask and pixel the release's distance to its nearest edge pixel (inf: none)."""
+        """``(2, h, w)`` edge masks -> per mask and pixel the release's distance to its nearest edge pixel
+        (inf: none)."""
         _, h, w = edges.shape
         rows, cols = terms(h, sampling[0], metric, edges.device), terms(w, sampling[1], metric, edges.device)
         # per column: the least row term over that column's edge pixels (a column without any is masked below)

@@ -160,7 +160,8 @@ PATCH = Patch(
                       "nothing to repair: BinaryFairness and BinaryGroupStatRates came in 1.0.0",
                       needed=False),),
     upstream="not fixed upstream (_binary_groups_stat_scores splits the batch by group on the host)",
-    changes="more distinct group ids than num_groups raises IndexError once (from that update() on the CPU, a later one on a GPU, or compute()), the extra "
+    changes="more distinct group ids than num_groups raises IndexError once "
+            "(from that update() on the CPU, a later one on a GPU, or compute()), the extra "
             "groups left out (upstream: IndexError in update(), after adding the first num_groups)",
     requires=("deferred_reports", "logits_check"),  # before 1.6.1 the binary formatter reads the values too
     labels=(

@@ -1,4 +1,5 @@
-"""legacy_dice_checks: the legacy Dice metric's input checks counted on the device and reported later, once, without a sync.
+"""legacy_dice_checks: the legacy Dice metric's input checks counted on the device and reported later, once,
+without a sync.
 
 Defect: ``torchmetrics.classification.Dice`` (1.0.0-1.6.3; removed in 1.7.0) formats its
 inputs with the legacy ``_input_format_classification``, whose checks read the device on
@@ -212,13 +213,15 @@ def _two(module: str, qualname: str, old: Tuple[str, Any], new: Tuple[str, Any])
 PATCH = Patch(
     name="legacy_dice_checks",
     summary="the legacy Dice (until 1.6.3) reads target.min()/max() in its input checks on each update() and copies "
-            "numbers in compute(); checks counted on the device and reported later, once, without a sync, numbers filled",
+            "numbers in compute(); "
+            "checks counted on the device and reported later, once, without a sync, numbers filled",
     known=since("0.10.0"),
     declines=(Decline(span("0.10.0", "0.10.3"),
                       "0.10's Dice has no update of its own: it runs the legacy StatScores.update, which every "
                       "legacy classification metric shares (their checks read the device as in 0.11); left alone"),),
     upstream="not fixed upstream (Dice was removed in 1.7.0)",
-    changes="a Dice input failing a check raises the release's ValueError once (from that update() on the CPU, a later one on a GPU, or compute()), the batch "
+    changes="a Dice input failing a check raises the release's ValueError once "
+            "(from that update() on the CPU, a later one on a GPU, or compute()), the batch "
             "kept with its labels clamped (upstream: raised in update())",
     requires=("deferred_reports",),
     labels=(

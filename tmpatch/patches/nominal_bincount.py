@@ -102,9 +102,11 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
             try:
                 return original(self, preds, target)
             except RuntimeError:  # an invalid category (recorded below), or another error (raised again there)
-                if not recorded(self) or not active() or not wrappers.is_patched(confusion._multiclass_confusion_matrix_update):
+                if (not recorded(self) or not active()
+                        or not wrappers.is_patched(confusion._multiclass_confusion_matrix_update)):
                     raise
-        elif not recorded(self) or not active() or not wrappers.is_patched(confusion._multiclass_confusion_matrix_update):
+        elif (not recorded(self) or not active()
+                or not wrappers.is_patched(confusion._multiclass_confusion_matrix_update)):
             return original(self, preds, target)
         token = current.set(Update(self))
         try:

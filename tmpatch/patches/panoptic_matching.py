@@ -145,7 +145,8 @@ def build_sample(module: ModuleType) -> Callable[..., Any]:
                void_color: Any, stuffs_modified_metric: Any = None) -> Any:
         metric = MATCHING.get()
         modified = stuffs_modified_metric or set()
-        if (metric is None or not isinstance(flatten_preds, torch.Tensor) or not isinstance(flatten_target, torch.Tensor)
+        if (metric is None or not isinstance(flatten_preds, torch.Tensor)
+                or not isinstance(flatten_target, torch.Tensor)
                 or flatten_preds.dtype not in integral or flatten_target.dtype != flatten_preds.dtype
                 or flatten_preds.dim() != 2 or flatten_preds.shape[-1] != 2
                 or flatten_preds.shape != flatten_target.shape or flatten_preds.device != flatten_target.device

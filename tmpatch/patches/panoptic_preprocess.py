@@ -214,7 +214,8 @@ _CLASSES = "torchmetrics.detection.panoptic_qualities"
 PATCH = Patch(
     name="panoptic_preprocess",
     summary="PanopticQuality and ModifiedPanopticQuality copy the category lists and void color to the device and "
-            "read the unknown-category check on each update(); tested and put on the device, check reported later, once",
+            "read the unknown-category check on each update(); "
+            "tested and put on the device, check reported later, once",
     known=since("0.10.0"),
     declines=(Decline(span("0.10.0", "0.11.4"), "nothing to repair: PanopticQuality came in 1.0.0", needed=False),),
     upstream="not fixed upstream (_isin with arr.new(values), out.new(void_color) in _prepocess_inputs)",

@@ -113,7 +113,8 @@ PATCH = Patch(
             "for binary targets; the check is counted on the device and reported later, once, without a sync",
     known=since("0.10.0"),
     upstream="not fixed upstream (no argument turns the check off)",
-    changes="a non-binary retrieval target raises the release's ValueError once (from that update() on the CPU, a later one on a GPU, or compute()), "
+    changes="a non-binary retrieval target raises the release's ValueError once "
+            "(from that update() on the CPU, a later one on a GPU, or compute()), "
             "and that batch is in the states (upstream: raised in update(), batch not added)",
     requires=("deferred_reports",),
     labels=(

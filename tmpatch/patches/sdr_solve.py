@@ -128,7 +128,8 @@ PATCH = Patch(
             "failures are counted on the device and reported later, once, without a sync",
     known=since("0.10.0"),
     upstream="not fixed upstream (torch.linalg.solve always checks)",
-    changes="a singular system raises torch's LinAlgError once (from that update() on the CPU, a later one on a GPU, or compute()), the batch in the states "
+    changes="a singular system raises torch's LinAlgError once "
+            "(from that update() on the CPU, a later one on a GPU, or compute()), the batch in the states "
             "(upstream: raised in update())",
     requires=("deferred_reports",),
     labels=(

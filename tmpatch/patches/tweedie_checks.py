@@ -121,7 +121,8 @@ PATCH = Patch(
             "each update(); counted on the device and reported later, once, without a sync",
     known=since("0.10.0"),
     upstream="not fixed upstream (no argument turns the checks off)",
-    changes="an input outside the power's domain raises the release's ValueError once (from that update() on the CPU, a later one on a GPU, or compute()), the "
+    changes="an input outside the power's domain raises the release's ValueError once "
+            "(from that update() on the CPU, a later one on a GPU, or compute()), the "
             "batch in the states (upstream: raised in update())",
     requires=("deferred_reports",),
     labels=(

@@ -165,7 +165,8 @@ def test_cli_text_and_json(capsys, tmp_path, monkeypatch):
     ("no_such_module_x:f", "--step: cannot import module 'no_such_module_x' (No module named 'no_such_module_x')"),
     ("tests.audit.step.test_run:nope", "--step: module 'tests.audit.step.test_run' has no 'nope'"),
     ("tests.audit.step.test_run:values", "--step: 'tests.audit.step.test_run:values' is a list, not a function"),
-    ("tests.audit.step.test_run:_line", "--step: '_line' wants 2 arguments; a step function takes the device, or nothing"),
+    ("tests.audit.step.test_run:_line",
+     "--step: '_line' wants 2 arguments; a step function takes the device, or nothing"),
     ("tests.audit.step.test_run:raising_step", "--step: the step raised ValueError: no data (at "),
     ("broken.py:f", "--step: importing file 'broken.py' raised NameError: name 'oops' is not defined (at broken.py:1)"),
 ])

@@ -42,7 +42,8 @@ def _check(make, preds, target, valid, checks, checked):
 
 @pytest.mark.parametrize("metric_cls", [cls.MulticlassConfusionMatrix, cls.MulticlassAccuracy])
 def test_scores_of_every_class_check_the_target_alone(metric_cls, checked):
-    preds, target = torch.randn(8, 4, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 7, 3, 2, -2, 1, 0])
+    preds, target = (torch.randn(8, 4, generator=torch.Generator().manual_seed(0)),
+                     torch.tensor([0, 1, 7, 3, 2, -2, 1, 0]))
     _check(lambda: metric_cls(num_classes=4, validate_args=False), preds, target, (target >= 0) & (target < 4), 0,
            checked)
 

@@ -194,7 +194,8 @@ class FakeHostViews(TorchFunctionMode):
     def tolist(self, t: torch.Tensor) -> Any:
         """One device-to-host copy for a CUDA tensor, then a nested list of plausible values."""
         if t.device.type == "cuda":
-            self.record(SyncKind.D2H_COPY, "aten._to_copy", f"Tensor.tolist, {tuple(t.shape)} {t.dtype} {t.device} -> host")
+            self.record(SyncKind.D2H_COPY, "aten._to_copy",
+                        f"Tensor.tolist, {tuple(t.shape)} {t.dtype} {t.device} -> host")
         return _nested(tuple(t.shape), plausible_scalar(t, from_all(t)))
 
     @staticmethod

@@ -51,7 +51,8 @@ TOLERATED = (INHERENT, VALIDATION)
 GENERAL_LABELS: Tuple[Label, ...] = (
     Label(VALIDATION, "input validation (validate_args=True)",
           function=r"_\w*(validation|validate\w*|_check\w*)|_check_same_shape"),
-    Label(INHERENT, "unbinned curve at compute: the distinct scores set the curve's length", function="_binary_clf_curve"),
+    Label(INHERENT, "unbinned curve at compute: the distinct scores set the curve's length",
+          function="_binary_clf_curve"),
     Label(INHERENT, "unbinned curve at compute (0.10-0.11): the curve stops where recall is full, found with "
           "torch.where, so its length depends on the values", function="_binary_precision_recall_curve_compute",
           op="aten.nonzero"),

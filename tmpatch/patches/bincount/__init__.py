@@ -40,8 +40,8 @@ compute-time callers, metrics built before ``apply()``, unbinned curves (their s
 keep the values), stat scores with ``top_k > 1`` or ``"samplewise"`` (no removal, no
 ``_bincount``), multiclass metrics built with ``num_classes=None`` but for the micro
 average of top-1 global stat scores (the release's one use of it, 1.9.0: there no class is
-invalid, and the ignored positions are left out without a removal). The formatters' logits check before 1.6.1 is ``logits_check``'s edit of
-the same functions.
+invalid, and the ignored positions are left out without a removal). The formatters' logits
+check before 1.6.1 is ``logits_check``'s edit of the same functions.
 
 Releases: 1.0.0-1.9.0 (four implementations of ``_bincount``, of
 ``_multiclass_stat_scores_update``, up to four of each formatter and update function).
@@ -77,7 +77,8 @@ PATCH = Patch(
     known=since("0.10.0"),
     upstream="not fixed upstream (ATen's CUDA bincount sizes its output from the data)",
     changes="a target or label prediction outside the valid classes is left out of the counts and reported once "
-            "(from that update() on the CPU, a later one on a GPU, or compute()) (upstream raises in update() or miscounts it)",
+            "(from that update() on the CPU, a later one on a GPU, or compute()) "
+            "(upstream raises in update() or miscounts it)",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "CUDA torch.bincount reads the input's min and max to size its output; the bincount "

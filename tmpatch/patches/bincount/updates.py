@@ -632,7 +632,8 @@ _MULTILABEL_CODES = ("unique_mapping = ((2 * target + preds) + 4 * torch.arange(
 #: negative (ignored) ones
 MULTILABEL_CONFUSION = Rewrite(
     (Edit(_MULTILABEL_CODES,
-          _kept(_MULTILABEL_CODES, "unique_mapping = _tmpatch_multilabel_confusion_codes(preds, target, num_labels)")),),
+          _kept(_MULTILABEL_CODES,
+                "unique_mapping = _tmpatch_multilabel_confusion_codes(preds, target, num_labels)")),),
     _names,
 )
 
@@ -641,7 +642,8 @@ _BINARY_CURVE = ("unique_mapping = preds_t + 2 * target.long().unsqueeze(-1) + 4
 
 #: ``_binary_precision_recall_curve_update_vectorized`` (every release)
 BINARY_CURVE = Rewrite(
-    (Edit(_BINARY_CURVE, _kept(_BINARY_CURVE, "unique_mapping = _tmpatch_binary_curve_codes(preds_t, target, len_t)")),),
+    (Edit(_BINARY_CURVE,
+          _kept(_BINARY_CURVE, "unique_mapping = _tmpatch_binary_curve_codes(preds_t, target, len_t)")),),
     _names,
 )
 

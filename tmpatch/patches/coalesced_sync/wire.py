@@ -182,7 +182,8 @@ def _check_structure(metas: List[Dict[str, Any]]) -> None:
             owner, key, dtype, ndim = items[index]
             return f"{first['o'][owner]}.{key} ({dtype}, {ndim} dims)"
 
-        releases = "" if meta["t"] == first["t"] else f"; rank {peer} runs torchmetrics {meta['t']}, rank 0 {first['t']}"
+        releases = ("" if meta["t"] == first["t"]
+                    else f"; rank {peer} runs torchmetrics {meta['t']}, rank 0 {first['t']}")
         raise CoalescedSyncError(
             f"tmpatch coalesced_sync: the ranks hold different states to sync: item {index} is {say(theirs)} on "
             f"rank {peer} but {say(reference)} on rank 0{releases}. {_cause(first, meta, index)}"

@@ -66,7 +66,8 @@ PATCH = Patch(
             "index); Python scalars are copied from the host",
     known=since("0.10.0"),
     upstream="not fixed upstream (1.6.2 added nan_strategy='disable'); corrects #3434",
-    changes="warn/error come once (from that update() on the CPU, a later one on a GPU, or compute()), naming the metric and the number of updates with NaN; "
+    changes="warn/error come once (from that update() on the CPU, a later one on a GPU, or compute()), "
+            "naming the metric and the number of updates with NaN; "
             "the caller's tensors are never written into; an imputed element gets weight 1",
     requires=("deferred_reports",),
     labels=(

@@ -15,7 +15,8 @@ CLASS_MODULE = "torchmetrics.regression.pearson"
 #: the functions ``torch.nn.Module`` gives ``_apply`` that move or cast each tensor, values unchanged
 #: (``to_empty`` and ``share_memory`` not among them)
 _MOVES = frozenset(f"Module.{name}.<locals>.<lambda>" for name in (
-    "cuda", "cpu", "xpu", "ipu", "mtia", "type", "float", "double", "half", "bfloat16")) | {"Module.to.<locals>.convert"}
+    "cuda", "cpu", "xpu", "ipu", "mtia", "type", "float", "double", "half",
+    "bfloat16")) | {"Module.to.<locals>.convert"}
 
 
 class Counts:

@@ -84,7 +84,8 @@ from tmpatch.runtime.deferred.settling import books_in, clear, count_once, enclo
 from tmpatch.runtime.deferred.updates import after_update, marks, restamp
 
 __all__ = ["ANY", "AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "FALSE", "Kind", "LANDING", "PENDING_BYTES",
-           "PENDING_ENTRIES", "Record", "SUM", "WATCH", "after_update", "armed", "attach", "book_of", "books_in", "clear",
-           "collected", "count_once", "detach", "enclosing", "forward_step", "gather", "ghost", "internal", "is_live",
-           "landing", "local_records", "marks", "mirror", "moved", "open_book", "outside", "pending", "pending_books",
-           "point", "recall", "restamp", "scope", "set_synced", "settle", "start_compute", "traced_book", "went_dormant", "went_live"]
+           "PENDING_ENTRIES", "Record", "SUM", "WATCH", "after_update", "armed", "attach", "book_of", "books_in",
+           "clear", "collected", "count_once", "detach", "enclosing", "forward_step", "gather", "ghost", "internal",
+           "is_live", "landing", "local_records", "marks", "mirror", "moved", "open_book", "outside", "pending",
+           "pending_books", "point", "recall", "restamp", "scope", "set_synced", "settle", "start_compute",
+           "traced_book", "went_dormant", "went_live"]

@@ -452,5 +452,5 @@ def recall(book: Book) -> None:
 
 
 __all__ = ["FLYING", "Flight", "LANDED", "LANDING", "NEVER", "Part", "RAW_BYTES", "Rows", "Segment", "WATCH", "Watch",
-           "clean", "decode", "device_of", "gather_traced", "holds", "launch", "new_event", "on_host", "read", "read_at_once",
-           "recall", "reduce_rows", "reduced", "simulated", "take"]
+           "clean", "decode", "device_of", "gather_traced", "holds", "launch", "new_event", "on_host", "read",
+           "read_at_once", "recall", "reduce_rows", "reduced", "simulated", "take"]
