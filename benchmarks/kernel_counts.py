@@ -12,10 +12,16 @@ the host), less views and metadata (``view``, ``expand``, ``select``, ``prim.dev
 allocations (``empty``: memory from the caching allocator, nothing launched). A 0-d tensor
 made on the device for an operand counts: ``torch.where(mask, x, 0.0)`` makes its
 ``scalar_tensor`` on the mask's device, a fill kernel on a GPU (a Python scalar of ``x + 1.0``
-is wrapped on the host, passed to the kernel as an argument: no op of its own). A sync is a
-host wait, not a kernel, and is not counted. An op is counted once however many kernels it launches on a
-real GPU (``bincount``: two reductions, two copies to the host, a fill and the count; an
-out-of-place ``put``: a copy and the count). On an H200 with torch 2.11 the real time per
+is wrapped on the host, passed to the kernel as an argument: no op of its own). A read of a
+device value into Python (``.item()``, ``if t:``: ``_local_scalar_dense``) counts once, for the
+copy to the host it launches, as ``.cpu()`` and a non-blocking copy to pinned memory do; the
+host's wait that follows (the sync) is not counted. So do the copies an op makes inside
+itself, each once beside its kernel: what the audit finds a sync of an op that is not itself
+a read or a copy (CUDA ``bincount`` reads its input's range back to size its output,
+``nonzero`` its count, a CPU index is copied to the device: the key ``aten.bincount (its
+copies to or from the host)``). Other than that an op is counted once however many kernels it
+launches on a real GPU (``bincount``: two reductions, a fill and the count; an out-of-place
+``put``: a copy and the count). On an H200 with torch 2.11 the real time per
 ``update()`` (launch-bound: small inputs) grew with the kernel count: ``--gpu-times`` reads a
 calibration report (``python -m tmpatch.audit.calibrate``) and prints its patched/unpatched
 ratio beside the count's. ``--updates N``: the mean over N calls, which counts what a patched
@@ -37,14 +43,13 @@ from unittest import mock
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-#: ops that launch nothing on the device: views, metadata, host reads (a sync, counted apart)
+#: ops that launch nothing on the device: views, metadata, allocations
 NOT_KERNELS = frozenset({
     "prim.device", "aten.view", "aten._unsafe_view", "aten.expand", "aten.select", "aten.slice",
     "aten.unsqueeze", "aten.squeeze", "aten.t", "aten.permute", "aten.transpose", "aten.alias",
     "aten.detach", "aten.as_strided", "aten.reshape", "aten.diagonal",
     "aten.lift_fresh", "aten.unbind", "aten.split", "aten.split_with_sizes", "aten.chunk", "aten.flatten",
     "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset", "aten.is_pinned",
-    "aten._local_scalar_dense",
     # allocations: memory from the caching allocator, no kernel
     "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
 })
@@ -64,7 +69,29 @@ class _Kernels(TorchDispatchMode):
         leaves = torch.utils._pytree.tree_flatten((args, kwargs or {}, out))[0]
         if name not in NOT_KERNELS and any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in leaves):
             self.ops[name] += 1
+            inside = _copies_inside(func, args, kwargs or {})
+            if inside:
+                self.ops[name + INSIDE] += inside
         return out
+
+
+#: the key of the copies between host and device that an op makes inside (``aten.bincount`` + INSIDE)
+INSIDE = " (its copies to or from the host)"
+
+
+def _copies_inside(func: Any, args: Any, kwargs: Any) -> int:
+    """The copies between host and device that ``func`` makes inside itself, besides its own
+    kernel: what the audit finds a sync of an op that is not itself a read or a copy (CUDA
+    ``bincount`` reads min and max back, ``nonzero`` its count, a CPU index is copied over)."""
+    from tmpatch.audit.oracle import classify
+
+    packet = func.overloadpacket
+    if packet in classify._READS or packet in classify._COPIES or packet in classify._LIFTS:
+        return 0  # the op is the read or the copy: counted once, as the op
+    try:
+        return sum(1 for kind, _ in classify.classify_all(func, args, kwargs) if kind.is_sync)
+    except Exception:  # noqa: BLE001 - an op the audit cannot read: its kernel alone
+        return 0
 
 
 def count_row(row: Any, patched: bool, updates: int = 1) -> Optional[collections.Counter]:

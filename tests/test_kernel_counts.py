@@ -1,8 +1,8 @@
 """The patched ``update()`` of every audit-panel row launches no more kernels than the
 release's (benchmarks/kernel_counts.py: every ATen op on simulated CUDA whose result lies on
-the device or that reads a device tensor, views, metadata and allocations left out, the second
+the device or that reads a device tensor, ``.item()`` included, views, metadata and allocations left out, the second
 update counted; the report's evidence is kept, not reduced, until compute()); and the counter
-counts what launches on a GPU."""
+counts what launches on a GPU, every copy between host and device included."""
 from __future__ import annotations
 
 import importlib.util
@@ -54,6 +54,13 @@ def test_no_panel_row_launches_more_kernels_than_the_release(kernel_counts):
     (lambda x, mask: torch.full((), 1.0, device=x.device), {"aten.full": 1}),
     (lambda x, mask: x.to(torch.float64), {"aten._to_copy": 1}),
     (lambda x, mask: x.cpu(), {"aten._to_copy": 1}),  # a copy to the host: the device works too
+    # a device value read into Python: the same copy to the host (and a wait, not counted)
+    (lambda x, mask: x.sum().item(), {"aten.sum": 1, "aten._local_scalar_dense": 1}),
+    (lambda x, mask: bool(mask.any()), {"aten.any": 1, "aten._local_scalar_dense": 1}),
+    # an op that reads the device inside: its kernel and that copy
+    (lambda x, mask: torch.bincount(mask.long()),
+     {"aten._to_copy": 1, "aten.bincount": 1, "aten.bincount (its copies to or from the host)": 1}),
+    (lambda x, mask: x[mask], {"aten.index": 1, "aten.index (its copies to or from the host)": 1}),
     # a Python scalar operand is wrapped on the host and passed to the kernel: one op
     (lambda x, mask: x + 1.0, {"aten.add": 1}),
     # views and allocations launch nothing
