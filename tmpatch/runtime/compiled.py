@@ -16,6 +16,7 @@ are made when it is imported, by a post-import hook armed with :func:`prepare`.
 from __future__ import annotations
 
 import contextvars
+import importlib
 import logging
 import sys
 import weakref
@@ -257,7 +258,7 @@ def reset_dynamo() -> None:
     import torch._dynamo
 
     try:
-        import torch._inductor.cudagraph_trees  # noqa: F401 - imported for its side effect, see above
+        importlib.import_module("torch._inductor.cudagraph_trees")  # for its side effect, see above
     except Exception:  # noqa: BLE001 - a torch without it: its reset does not import it either
         pass
     torch._dynamo.reset()
