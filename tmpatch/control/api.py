@@ -415,8 +415,11 @@ def status() -> Report:
                               "another tool after revert): it calls the original")
             rows.append(PatchStatus(name, patch.target_text, state, reason, release))
         codes = _codes[1] if _codes[0][0] == found else {}
-        against, _, compared, differs = likeness.differing(found, codes) if found else (None, False, 0, [])
-        return Report(rows, likeness.describe(found, codes), against if compared else None, differs)
+        if not found:
+            return Report(rows, likeness.describe(found, codes))
+        against, seen, compared, differs = likeness.differing(found, codes)
+        words = likeness.worded(found, against, seen, compared, differs)
+        return Report(rows, words, against if compared else None, differs)
 
 
 def is_patched(obj: object) -> bool:

@@ -111,7 +111,11 @@ def describe(release: Optional[str], codes: Codes) -> str:
     targets looked at)``."""
     if release is None:
         return "not installed"
-    against, seen, compared, differ = differing(release, codes)
+    return worded(release, *differing(release, codes))
+
+
+def worded(release: str, against: Optional[str], seen: bool, compared: int, differ: List[str]) -> str:
+    """:func:`describe`'s words from what :func:`differing` found (for a caller that keeps that too)."""
     if against is None:
         return f"{release} (a version tmpatch cannot read)"
     if not compared:
