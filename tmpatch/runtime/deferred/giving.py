@@ -7,9 +7,9 @@ the evidence on the host and the metric's collection or the process's exit (``la
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from tmpatch.runtime.deferred.books import _books, _records
+from tmpatch.runtime.deferred.books import _books, _records, log
 
 #: where the report being given is given (reporters name it: :func:`point`)
 _point: "contextvars.ContextVar[str]" = contextvars.ContextVar("tmpatch_settle_point", default="compute()")
@@ -25,6 +25,23 @@ def point() -> str:
     ``forward() #12``, the metric's garbage collection or the process's exit; followed by the
     update the first counted occurrence came from where it is known."""
     return _point.get()
+
+
+def warn_as_release(warn: Callable[..., Any], message: str, category: type, note: str) -> None:
+    """Give a deferred warning as the release gives it: the release's words alone, through the
+    release's own warn function (``rank_zero_warn``, or the ``warnings.warn`` of its module), so
+    that its category, the file and module it is attributed to, its rank rule and Python's
+    once-per-place registry are the release's, and a user's warning filters match it as they match
+    the release's. What tmpatch adds (which metric, how many updates, where it is given) goes to
+    the ``tmpatch`` logger at INFO."""
+    log.info("%s [%s]", message, note)
+    warn(message, category)
+
+
+def error_as_release(kind: Callable[[str], BaseException], message: str, note: str) -> BaseException:
+    """A deferred error as the release raises it, given later than the release would: the
+    release's type and words first, tmpatch's note after them in parentheses."""
+    return kind(f"{message} ({note})")
 
 
 def metrics_in(metric: Any) -> Iterator[Any]:
