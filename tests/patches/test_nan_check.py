@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import sys
 import warnings
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -20,7 +21,7 @@ from torchmetrics import aggregation
 from torchmetrics.aggregation import BaseAggregator, CatMetric, MaxMetric, MeanMetric, MinMetric, SumMetric
 
 import tmpatch
-from tests.conftest import assert_bitwise, examples, release_in, run_python
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in, run_python
 from tests.patches.eager import same_states
 from tmpatch.control import settings as tm_settings
 from tmpatch.runtime import policies
@@ -38,13 +39,30 @@ ERROR_TEXT = f"{SPELLING} `nan` values in tensor"
 WARN_TEXT = f"{SPELLING} `nan` values in tensor. Will be removed."
 
 
-def _deferred(text: str, name: str, updates: int, where: str = "compute()", first: Optional[int] = None) -> str:
-    """The deferred report: the release's text, then what tmpatch adds (``first``: the update the
-    first NaN came from, where the report names it)."""
+def _note(name: str, updates: int, where: str = "compute()", first: Optional[int] = None) -> str:
+    """What tmpatch adds to a deferred report (``first``: the update the first NaN came from, where
+    the report names it)."""
     if first is not None:
         where = f"{where} (the first of them came from update #{first})"
-    return (f"{text} (tmpatch nan_check: {name} saw NaN in {updates} update(s) since the last report; "
-            f"reported at {where}; TMPATCH_NAN_CHECK=eager reports in update())")
+    return (f"tmpatch nan_check: {name} saw NaN in {updates} update(s) since the last report; "
+            f"reported at {where}; TMPATCH_NAN_CHECK=eager reports in update()")
+
+
+def _deferred(text: str, name: str, updates: int, where: str = "compute()", first: Optional[int] = None) -> str:
+    """The deferred report as the user sees it: a warning in the release's words alone (the note
+    goes to the tmpatch logger), an error with the release's words first, then the note."""
+    if text == WARN_TEXT:
+        return text
+    return f"{text} ({_note(name, updates, where, first)})"
+
+
+@pytest.fixture
+def on_a_device(held_reports):
+    """The path a GPU takes (on the CPU the release's own check runs), reports waiting for a
+    settle point as on a GPU whose copy has not landed."""
+    cpu_shortcuts(False)
+    yield
+    cpu_shortcuts(True)
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64]
 FINITE = [0.0, 1.0, -2.5, 3.0, 1000.0]
 WEIGHTS = [0.0, 0.5, 1.0, 2.0, 3.0]  # dyadic: sums are exact whatever the order
@@ -227,15 +245,22 @@ def _shortcut_cases():
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("strategy", ["warn", 0.5])
 @pytest.mark.parametrize("case", sorted(_shortcut_cases()))
-def test_the_cpu_shortcut_keeps_the_device_paths_summation_order(kind, strategy, case):
-    """Random values, big enough for the order of a sum to show in the last bits."""
+def test_the_cpu_path_keeps_the_releases_or_the_device_paths_summation_order(kind, strategy, case):
+    """Random values, big enough for the order of a sum to show in the last bits. A removing
+    strategy runs the release's own check on the CPU: its bits; a float one (the corrections)
+    the device path's."""
     args = _shortcut_cases()[case]
     if kind != "mean":
         args = args[:1]
+    there = KINDS[kind](nan_strategy=strategy)
+    if isinstance(strategy, str):
+        there.update(*args)  # the release's
     _apply()
-    here, there = KINDS[kind](nan_strategy=strategy), KINDS[kind](nan_strategy=strategy)
+    here = KINDS[kind](nan_strategy=strategy)
     here.update(*args)  # as they are: a clone would materialise the broadcast views
-    there.update(*_off_cpu([args])[0])
+    if not isinstance(strategy, str):
+        there = KINDS[kind](nan_strategy=strategy)
+        there.update(*_off_cpu([args])[0])
     for got, want in zip(_plain_states(here), _plain_states(there)):
         for a, b in zip(got, want):
             assert_bitwise(a, b)
@@ -282,7 +307,7 @@ def test_the_cpu_shortcut_gives_the_device_paths_tensors(data):
             assert_bitwise(a, b)
 
 
-@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
+@pytest.mark.usefixtures("on_a_device")  # at a settle point, as on a GPU before the copy lands
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_nan_results_follow_the_documented_semantics(data):
@@ -419,12 +444,12 @@ def _states(metric) -> List[torch.Tensor]:
 
 
 def test_item9_a_broadcast_weight_is_summed_as_a_full_tensor():
-    """Documented difference: to neutralise NaN elements without a sync, a weight that
-    broadcasts to the value's shape (a scalar, or fewer dimensions) is materialised, so
+    """Documented difference on a device: to neutralise NaN elements without a sync, a weight
+    that broadcasts to the value's shape (a scalar, or fewer dimensions) is materialised, so
     the total weight is the sum of a full tensor where the release sums the broadcast
     view, in another order: it can differ in the last bits (never more than summation
     rounding). The weighted values, and any weight of the value's own shape, are the
-    release's bit for bit."""
+    release's bit for bit. On the CPU the release's own check runs: its bits, every case."""
     cases = [(torch.ones(2, 3), torch.tensor([0.1, 3.0, -7.25])),  # the issue's example
              (torch.linspace(0, 1, 101), torch.tensor(0.1))]
     torch.manual_seed(0)
@@ -435,6 +460,12 @@ def test_item9_a_broadcast_weight_is_summed_as_a_full_tensor():
         metric.update(value, weight)
         expected.append(_states(metric))
     _apply()
+    for (value, weight), states in zip(cases + full, expected):
+        metric = MeanMetric()
+        metric.update(value, weight)
+        for got, want in zip(_states(metric), states):
+            assert_bitwise(got, want)
+    cpu_shortcuts(False)
     for (value, weight), (value_sum, weight_sum) in zip(cases, expected):
         metric = MeanMetric()
         metric.update(value, weight)
@@ -565,7 +596,7 @@ def _messages(records) -> List[str]:
     return [str(w.message) for w in records if SPELLING in str(w.message)]
 
 
-@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
+@pytest.mark.usefixtures("on_a_device")  # at a settle point, as on a GPU before the copy lands
 def test_warn_once_per_compute_then_afresh():
     _apply()
     metric = MeanMetric(nan_strategy="warn")
@@ -588,7 +619,7 @@ def test_warn_once_per_compute_then_afresh():
         assert len(_messages(seen)) == 2
 
 
-@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
+@pytest.mark.usefixtures("on_a_device")  # at a settle point, as on a GPU before the copy lands
 @pytest.mark.parametrize("cls", [SumMetric, MeanMetric, MaxMetric, MinMetric, CatMetric])
 def test_forward_never_reports_compute_does(cls):
     _apply()
@@ -604,7 +635,7 @@ def test_forward_never_reports_compute_does(cls):
     assert not torch.isnan(clean).any()
 
 
-@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
+@pytest.mark.usefixtures("on_a_device")  # at a settle point, as on a GPU before the copy lands
 @pytest.mark.skipif(not RUNNING, reason="RunningMean and RunningSum from 1.0.0")
 @pytest.mark.parametrize("cls", RUNNING, ids=lambda c: c.__name__)
 def test_running_wrappers(cls):
@@ -703,7 +734,7 @@ def test_unknown_subclasses_keep_the_release_code():
         assert float(metric.compute()) == (6.0 if isinstance(metric, Product) else 5.0)
 
 
-@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
+@pytest.mark.usefixtures("on_a_device")  # at a settle point, as on a GPU before the copy lands
 def test_the_pending_report_is_no_metric_state_and_goes_before_its_data():
     _apply()
     metric = MeanMetric(nan_strategy="error")
@@ -724,7 +755,7 @@ def test_the_pending_report_is_no_metric_state_and_goes_before_its_data():
     metric.compute()
 
 
-@pytest.mark.usefixtures("held_reports")  # at a settle point, as on a GPU before the copy lands
+@pytest.mark.usefixtures("on_a_device")  # at a settle point, as on a GPU before the copy lands
 def test_the_report_counts_updates_not_elements():
     _apply()
     metric = MeanMetric(nan_strategy="warn")
@@ -795,7 +826,172 @@ def test_cat_keeps_its_one_inherent_sync():
     assert _syncs(CatMetric(nan_strategy=0.0), "update", value) == 0
 
 
-def test_eager_policy_keeps_the_upstream_sync():
+def test_eager_policy_is_the_releases_path():
+    """``eager``: the release's own check, its syncs included, for the removing strategies."""
+    value = torch.tensor([1.0, NAN])
+    release = {s: _syncs(SumMetric(nan_strategy=s), "update", value) for s in ("warn", "ignore")}
+    assert min(release.values()) >= 1
     _apply("eager")
-    assert _syncs(SumMetric(nan_strategy="warn"), "update", torch.tensor([1.0])) == 1
-    assert _syncs(SumMetric(nan_strategy="ignore"), "update", torch.tensor([1.0])) == 0
+    for strategy, syncs in release.items():
+        assert _syncs(SumMetric(nan_strategy=strategy), "update", value) == syncs
+
+
+# -- indistinguishable from the release: the CPU path, the deferred words ------------------
+def _seen(make, calls) -> List[Any]:
+    """What a user sees of ``calls`` on a metric ``make()`` builds: per call, the value (or
+    None), the exception's type and words, and each warning's words, category, file and line."""
+    metric = make()
+    seen: List[Any] = []
+    for name, args in calls:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                value = getattr(metric, name)(*args)
+                error = None
+            except Exception as exc:  # noqa: BLE001 - compared with the release's
+                value, error = None, (type(exc), str(exc))
+        words = [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+        seen.append((name, _detached(value), error, words))
+    seen.append(("states", [_detached(getattr(metric, n)) for n in metric._defaults], None, []))
+    return seen
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, tuple(value.shape), value.requires_grad, value.detach().clone())
+    if isinstance(value, list):
+        return [_detached(v) for v in value]
+    return value
+
+
+def _same_seen(patched: List[Any], release: List[Any]) -> None:
+    assert len(patched) == len(release)
+    for got, want in zip(patched, release):
+        assert got[0] == want[0] and got[2] == want[2] and got[3] == want[3], (got, want)
+        pairs = [(got[1], want[1])]
+        while pairs:
+            a, b = pairs.pop()
+            if isinstance(a, list):
+                assert isinstance(b, list) and len(a) == len(b), (a, b)
+                pairs.extend(zip(a, b))
+            elif isinstance(a, tuple):
+                assert a[:3] == b[:3], (a, b)
+                assert_bitwise(a[3], b[3])
+            else:
+                assert a == b, (a, b)
+
+
+@st.composite
+def _calls(draw, kind: str):
+    calls = []
+    for args in draw(_updates(kind, with_nan=True)):
+        if draw(st.booleans()) and all(isinstance(a, torch.Tensor) for a in args):
+            if draw(st.booleans()):  # a value that requires grad: what the release's removal keeps of it
+                args = tuple(a.requires_grad_() if a.is_floating_point() else a for a in args)
+        calls.append((draw(st.sampled_from(["update", "forward"])), args))
+    calls.append(("compute", ()))
+    return calls
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_on_the_cpu_a_removing_strategy_is_the_release_bit_for_bit(data):
+    """On the CPU a read costs nothing: ``ignore``/``warn``/``error`` run the release's own check.
+    Values and states bit for bit (their dtype, shape and requires_grad), each warning's words,
+    category, file and line, each error's type and words from the same call: forward()'s inner
+    updates warn as the release's do (twice for a full-state metric), a NaN that requires grad is
+    removed without its graph."""
+    kind = data.draw(st.sampled_from(sorted(KINDS)))
+    strategy = data.draw(st.sampled_from(["warn", "ignore", "error"]))
+    calls = data.draw(_calls(kind))
+    tmpatch.revert()
+    release = _seen(lambda: KINDS[kind](nan_strategy=strategy), _clone_calls(calls))
+    _apply()
+    _same_seen(_seen(lambda: KINDS[kind](nan_strategy=strategy), _clone_calls(calls)), release)
+
+
+def _clone_calls(calls):
+    return [(name, tuple(a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+                         for a in args)) for name, args in calls]
+
+
+@pytest.mark.parametrize("policy", ["deferred", "eager"])
+def test_cat_metric_drops_a_nan_that_requires_grad_as_the_release(policy):
+    """The release removes NaN under update()'s no_grad: compute() holds no graph."""
+    value = torch.tensor([1.0, NAN, 2.0], requires_grad=True)
+    _apply(policy)
+    metric = CatMetric(nan_strategy="ignore")
+    metric.update(value)
+    assert metric.compute().numpy().tolist() == [1.0, 2.0]
+
+
+def test_eager_is_the_releases_path_on_a_device_too():
+    """``eager``: the release's own check also where the values are not on the host."""
+    updates = [(torch.tensor([1.0, NAN, 3.0]),), (torch.tensor([2.5]),)]
+    want = _seen(lambda: MeanMetric(nan_strategy="warn"), [("update", a) for a in updates])
+    _apply("eager")
+    cpu_shortcuts(False)
+    _same_seen(_seen(lambda: MeanMetric(nan_strategy="warn"), [("update", a) for a in updates]), want)
+
+
+def _release_warning_place() -> Tuple[str, int]:
+    """Where the release's NaN warning is attributed (file, line)."""
+    tmpatch.revert()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        SumMetric(nan_strategy="warn").update(torch.tensor([NAN]))
+    (only,) = caught
+    return only.filename, only.lineno
+
+
+@pytest.mark.usefixtures("on_a_device")
+def test_a_deferred_warning_is_the_releases_words_from_the_releases_place(caplog):
+    """Words, category, file and line as the release's (a filter on the module or an anchored
+    regex silences it as it silences the release's); what tmpatch adds goes to its logger."""
+    place = _release_warning_place()
+    _apply()
+    metric = SumMetric(nan_strategy="warn")
+    metric.update(torch.tensor([1.0, NAN]))
+    with caplog.at_level("INFO", logger="tmpatch"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metric.compute()
+    assert [(str(w.message), w.category, w.filename, w.lineno) for w in caught] == [(WARN_TEXT, UserWarning) + place]
+    assert any(_note("SumMetric", 1, first=1) in r.getMessage() for r in caplog.records)
+    metric.update(torch.tensor([NAN]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message=r".*Will be removed\.$")
+        metric.compute()
+    assert caught == []
+
+
+@pytest.mark.usefixtures("on_a_device")
+def test_a_deferred_warning_shows_once_per_place_under_the_default_filter():
+    """Python's ``default`` action shows the release's warning once per place: so tmpatch's."""
+    _apply()
+    metric = MeanMetric(nan_strategy="warn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.resetwarnings()
+        warnings.simplefilter("default")
+        module = sys.modules[warnings.WarningMessage.__module__]
+        module._filters_mutated() if hasattr(module, "_filters_mutated") else None
+        for _ in range(3):
+            metric.update(torch.tensor([NAN, 1.0]))
+            metric.compute()
+    assert len(_messages(caught)) == 1
+
+
+@pytest.mark.skipif(release_in("<1.0.0"), reason="0.10-0.11 warn on every rank (warnings.warn)")
+@pytest.mark.usefixtures("on_a_device")
+def test_a_deferred_warning_keeps_the_releases_rank_rule(monkeypatch):
+    """rank_zero_warn: a NaN seen on rank 1 prints nothing there, as the release's."""
+    from torchmetrics.utilities import prints
+
+    monkeypatch.setattr(prints.rank_zero_only, "rank", 1)
+    _apply()
+    metric = SumMetric(nan_strategy="warn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metric.update(torch.tensor([NAN]))
+        metric.compute()
+    assert _messages(caught) == []

@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import warnings
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -44,7 +43,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         Tensor, where, maximum, float32 = torch.Tensor, torch.where, torch.maximum, torch.float32
         full, as_tensor, ones_like, enable_grad = torch.full, torch.as_tensor, torch.ones_like, torch.enable_grad
         is_grad_enabled = torch.is_grad_enabled
-        warn = module.rank_zero_warn if release.rank_zero else warnings.warn
+        warn = module.rank_zero_warn if release.rank_zero else deferred.warn_in(module, release.warning)
         _loaded.update(release=release, rank_zero_warn=warn)
         cache = _Cache(_classifier(module))  # an object: a dict in a traced closure is a guard on its length
         policy = policies.current
@@ -152,6 +151,23 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                     return check(metric, kind, strategy, x, weight, dtype, False)
             return check(metric, kind, strategy, x, weight, dtype, shortcut)
 
+        def releases(metric: Any, x: Any, weight: Any) -> bool:
+            """Whether the release's own check runs: a removing strategy (``ignore``, ``warn``,
+            ``error``) reported now (``eager``, everywhere: the release's path and its sync) or on the
+            host, where a read costs nothing (the release's values bit for bit, its warning from its
+            own statement, its error from the same call). A float strategy keeps the corrections,
+            ``disable`` its weight, ``off`` its silence."""
+            strategy = metric.nan_strategy
+            if type(strategy) is not str or strategy == "disable":
+                return False
+            mode = policy["nan_check"]
+            if mode == "eager":
+                return True
+            if mode == "off" or not host.host_device(metric.device):
+                return False
+            return (not isinstance(x, Tensor) or host.on_host(x)) and (
+                not isinstance(weight, Tensor) or host.on_host(weight))
+
         def handled(metric: Any, tracing: bool) -> Optional[str]:
             cls = metric.__class__
             if tracing:  # worked out while tracing: a lookup in the cache would be a guard on it
@@ -195,8 +211,8 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
             def _cast_and_nan_check_input_1_0_0(original: Callable, self: Any, x: Any) -> Any:
                 tracing = compiling()
                 kind = handled(self, tracing)
-                if kind is None:
-                    return original(self, x)
+                if kind is None or (not tracing and releases(self, x, None)):
+                    return original(self, x)  # MeanMetric's two calls alike: the metric's device decides
                 if not isinstance(x, Tensor):
                     x = tensor(x, float32, self.device)
                 if type(self.nan_strategy) is float and not tracing and (x.is_floating_point() or x.is_complex()) \
@@ -252,7 +268,7 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
         def _cast_and_nan_check_input(original: Callable, self: Any, x: Any, weight: Any = None) -> Any:
             tracing = compiling()
             kind = handled(self, tracing)
-            if kind is None:
+            if kind is None or (not tracing and releases(self, x, weight)):
                 return original(self, x, weight)
             dtype = self.dtype if release.metric_dtype else float32
             if not isinstance(x, Tensor):

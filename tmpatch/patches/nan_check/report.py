@@ -1,7 +1,6 @@
 """nan_check's report at compute(): the release's own wording, once, for what the updates saw."""
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -44,7 +43,9 @@ def _describe(top: Any, found: List[Tuple[Any, int]]) -> str:
 
 
 def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
-    """At the user's compute(): one warning, or one error, for what the updates saw."""
+    """Where a check was deferred (a device's update): the release's warning, in its words through
+    its own warn function (its file, module and rank rule), or its error with tmpatch's note after
+    the release's words (it comes later than the release's); the note goes to the ``tmpatch`` logger."""
     release: Optional[_Release] = _loaded.get("release")
     if release is None:
         return
@@ -58,14 +59,11 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
         seen = by_strategy.get(strategy)
         if not seen:
             continue
-        note = (f" (tmpatch nan_check: {_describe(top, found)} saw NaN{where} in {seen} update(s) since the last "
-                f"report; reported at {deferred.point()}; TMPATCH_NAN_CHECK=eager reports in update())")
+        note = (f"tmpatch nan_check: {_describe(top, found)} saw NaN{where} in {seen} update(s) since the last "
+                f"report; reported at {deferred.point()}; TMPATCH_NAN_CHECK=eager reports in update()")
         if strategy == "error":
-            raise RuntimeError(release.error + note)
-        if all_ranks:
-            _loaded["rank_zero_warn"](release.warning + note, UserWarning)
-        else:
-            warnings.warn(release.warning + note, UserWarning, stacklevel=2)
+            raise deferred.error_as_release(RuntimeError, release.error, note)
+        deferred.warn_as_release(_loaded["rank_zero_warn"], release.warning, UserWarning, note)
 
 
 RECORD = deferred.Record("nan", _report)

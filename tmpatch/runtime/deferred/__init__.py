@@ -76,7 +76,7 @@ from tmpatch.runtime.deferred.books import (
     went_live,
 )
 from tmpatch.runtime.deferred.endings import armed, collected, ghost
-from tmpatch.runtime.deferred.giving import error_as_release, point, warn_as_release
+from tmpatch.runtime.deferred.giving import error_as_release, point, warn_as_release, warn_in
 from tmpatch.runtime.deferred.landing import LANDING, WATCH, recall
 from tmpatch.runtime.deferred.records import Record, local_records, mirror, open_book, set_synced
 from tmpatch.runtime.deferred.revert import detach, forward_step, went_dormant
@@ -85,7 +85,7 @@ from tmpatch.runtime.deferred.updates import after_update, marks, restamp
 
 __all__ = ["ANY", "AUDIT_TAG", "BOOK_ATTRIBUTE", "Book", "FALSE", "Kind", "LANDING", "PENDING_BYTES",
            "PENDING_ENTRIES", "Record", "SUM", "WATCH", "after_update", "armed", "attach", "book_of", "books_in",
-           "clear", "collected", "count_once", "detach", "enclosing", "error_as_release", "forward_step", "gather", "ghost", "internal",
-           "is_live", "landing", "local_records", "marks", "mirror", "moved", "open_book", "outside", "pending",
-           "pending_books", "point", "recall", "restamp", "scope", "set_synced", "settle", "start_compute",
-           "traced_book", "warn_as_release", "went_dormant", "went_live"]
+           "clear", "collected", "count_once", "detach", "enclosing", "error_as_release", "forward_step", "gather",
+           "ghost", "internal", "is_live", "landing", "local_records", "marks", "mirror", "moved", "open_book",
+           "outside", "pending", "pending_books", "point", "recall", "restamp", "scope", "set_synced", "settle",
+           "start_compute", "traced_book", "warn_as_release", "warn_in", "went_dormant", "went_live"]

@@ -7,6 +7,9 @@ the evidence on the host and the metric's collection or the process's exit (``la
 from __future__ import annotations
 
 import contextvars
+import linecache
+import warnings
+from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from tmpatch.runtime.deferred.books import _books, _records, log
@@ -36,6 +39,24 @@ def warn_as_release(warn: Callable[..., Any], message: str, category: type, note
     the ``tmpatch`` logger at INFO."""
     log.info("%s [%s]", message, note)
     warn(message, category)
+
+
+def warn_in(module: ModuleType, words: str) -> Callable[..., None]:
+    """A warn function for :func:`warn_as_release` that warns as a release's own ``warnings.warn``
+    in ``module`` does (the release's statement holding ``words``, on its line: the file, line,
+    module and once-per-place registry Python's filters see there). Its line is looked up at the
+    first warning only."""
+    found: List[int] = []
+
+    def warn(message: str, category: type) -> None:
+        filename = getattr(module, "__file__", None) or "<unknown>"
+        if not found:
+            lines = linecache.getlines(filename, vars(module))
+            found.append(next((n for n, line in enumerate(lines, 1) if words in line), 1))
+        registry = vars(module).setdefault("__warningregistry__", {})
+        warnings.warn_explicit(message, category, filename, found[0], module.__name__, registry, vars(module))
+
+    return warn
 
 
 def error_as_release(kind: Callable[[str], BaseException], message: str, note: str) -> BaseException:
