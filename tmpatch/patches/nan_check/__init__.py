@@ -17,30 +17,36 @@ report. Aggregators whose ``update`` is not one of the five above keep the relea
 Behaviour (policy ``TMPATCH_NAN_CHECK`` / ``apply(nan_check=...)``: ``deferred``,
 the default; ``eager``; ``off``):
 
+* on the CPU, ``ignore``/``warn``/``error`` run the release's own check (a read of a host
+  value is no sync): its values bit for bit, its warning from its own statement (words,
+  category, file, module, rank rule), its error from the same call, a removed NaN without
+  its graph. ``eager`` runs the release's check everywhere, its syncs included;
 * a float strategy imputes NaN with ``torch.where`` in the input's dtype, then casts,
   as the release does: the value its write (``x[nans] = strategy``) stores in that
   dtype (an integer input: truncated). Where torch refuses to store it there (out of
   an integer's range; out of a float's on torch before 2.6 and from 2.15 on), the
   update raises torch's own error as the release does, once a NaN is there (a device
   read, for such a value only). An imputed element gets weight 1, the others keep theirs;
-* ``ignore``/``warn``/``error`` neutralise NaN elements (Sum 0, Mean weight 0, Max
-  -inf, Min +inf): the state is the one the removal gives, with no sync. CatMetric
+* on a device, ``ignore``/``warn``/``error`` neutralise NaN elements (Sum 0, Mean weight 0,
+  Max -inf, Min +inf): the state is the one the removal gives, with no sync. CatMetric
   still removes them (its output's size depends on the data: one inherent sync).
-  ``warn``/``error`` are reported at the user's next ``compute()`` (``deferred``,
-  through the ``deferred_reports`` patch), naming the metric and how many updates
-  carried NaN; during ``update()`` with its sync, as upstream (``eager``, and for a
-  metric built before ``apply()``); or not at all (``off``);
+  ``warn``/``error`` are deferred (through the ``deferred_reports`` patch): the warning
+  comes in the release's words alone, through the release's own ``rank_zero_warn`` (its
+  file, module and rank rule), what tmpatch adds (the metric, how many updates, where it
+  is given) to the ``tmpatch`` logger at INFO; the error with the release's words first,
+  then that note. ``off``: not at all;
 * ``disable`` (1.6.2+): no check, a user-supplied weight is honoured (#3434).
 
 Deliberate corrections: the caller's tensors are never written into; imputed
 elements get weight 1 (upstream: the whole batch's weight becomes the imputed value
 up to 1.6.1 — a NaN mean with the default weight — and collapses to 1 from 1.6.2);
 an imputed element passes no gradient (upstream: the caller's tensor is overwritten
-under no_grad); ``warn`` is given on the rank that saw the NaN, not only on rank 0.
-Removed and neutralised elements give the same states up to float summation order;
-so does a MeanMetric weight that broadcasts to the value's shape (a scalar, or fewer
-dimensions), even without NaN: neutralising per element materialises it, and its total is
-summed over a full tensor where the release sums the broadcast view (last bits only).
+under no_grad). On a device, removed and neutralised elements give the same states up to
+float summation order; so does a MeanMetric weight that broadcasts to the value's shape (a
+scalar, or fewer dimensions), even without NaN: neutralising per element materialises it, and
+its total is summed over a full tensor where the release sums the broadcast view (last bits
+only); up to 1.0.0, where the release checks a Mean's value and weight in two calls, an element
+whose weight alone is NaN is left out with its value (the release's shapes no longer match).
 
 The package: ``check.py`` builds the replacement per release; ``report.py`` gives the
 release's warning or error at ``compute()``.
@@ -66,8 +72,9 @@ PATCH = Patch(
             "index); Python scalars are copied from the host",
     known=since("0.10.0"),
     upstream="not fixed upstream (1.6.2 added nan_strategy='disable'); corrects #3434",
-    changes="warn/error come once (from that update() on the CPU, a later one on a GPU, or compute()), "
-            "naming the metric and the number of updates with NaN; "
+    changes="on the CPU ignore/warn/error are the release's own check; on a GPU warn/error come once, "
+            "from a later update() or compute(), in the release's words (the metric and the number of "
+            "updates with NaN to the tmpatch logger); "
             "the caller's tensors are never written into; an imputed element gets weight 1",
     requires=("deferred_reports",),
     labels=(
