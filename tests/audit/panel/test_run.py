@@ -393,3 +393,17 @@ def test_a_patch_no_row_can_measure_gets_a_row_saying_so():
     assert results[0].why_na.startswith("coalesced_sync (mismatch): not measured by the panel: it syncs states")
     text = render(panel_module.Panel("x", "simulated", {}, results))
     assert "coalesced_sync" in text and "not measured by the panel" in text
+
+
+def test_a_metrics_compute_inside_forward_is_explained():
+    """forward() computes the batch's value: the reads of the release's compute functions (AUROC's
+    average, its curve) are labelled, not "unexplained"."""
+    def point(op, function, path):
+        return SyncPoint(SyncKind("device-to-host read"), op, f"{path}:59", function)
+
+    for function, path in (("_reduce_auroc", "functional/classification/auroc.py"),
+                           ("_multiclass_auroc_compute", "functional/classification/auroc.py"),
+                           ("_binary_roc_compute", "functional/classification/roc.py")):
+        label = label_for(point("aten._local_scalar_dense", function, f"/x/torchmetrics/{path}"))
+        assert label is not None and label.category == INHERENT, (function, label)
+    assert label_for(point("aten._local_scalar_dense", "computed", "/x/user.py")) is None

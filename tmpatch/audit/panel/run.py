@@ -59,8 +59,13 @@ GENERAL_LABELS: Tuple[Label, ...] = (
     Label(INHERENT, "curve at compute: the release reads whether the target has positive and negative samples, "
           "to warn (compute's result is read anyway)",
           function=r"_\w*(roc|precision_recall_curve|auroc|average_precision)_compute", op="aten._local_scalar_dense"),
+    Label(INHERENT, "average at compute: the release reads whether a class's score is NaN, to warn, and leaves "
+          "those classes out of the average (a data-dependent selection; compute's result is read anyway)",
+          function=r"_reduce_(auroc|average_precision)"),
     Label(DEFERRED, "a patch's report (NaN seen, values out of range) moved from update to compute: one read",
           file="tmpatch/runtime/deferred/settling.py"),
+    Label(INHERENT, "the release's compute (forward() computes the batch's value too): its result is read anyway",
+          function=r"_\w*_compute(_\w+)?"),
 )
 
 #: first match wins
