@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
 from tests.patches.eager import assert_eager_is_the_release
+from tests.patches.release_calls import assert_calls_are_the_releases
 from tmpatch.patches import edge_distances as patch
 
 pytestmark = pytest.mark.skipif(not release_in(">=1.5.0"), reason="HausdorffDistance exists from 1.5.0")
@@ -116,6 +117,7 @@ def test_states_equal_the_releases_and_the_device_path_runs(metric, monkeypatch)
     want = HausdorffDistance(**kwargs)
     outs = [want(*b) for b in batches]
     _apply()
+    cpu_shortcuts(False)
     monkeypatch.setattr(UTILS, "surface_distance", None)  # a call would fail
     got = HausdorffDistance(**kwargs)
     for (p, t), out in zip(batches, outs):
@@ -125,8 +127,24 @@ def test_states_equal_the_releases_and_the_device_path_runs(metric, monkeypatch)
 
 
 # -- reports at compute -------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["both masks empty", "not binarized"])
+def test_on_the_cpu_every_call_is_the_releases(case):
+    """The release's update from the same call (forward included): its errors there, no batch added."""
+    good = (_masks(2, 1, 2, 8, 0.4), _masks(3, 1, 2, 8, 0.4))
+    if case == "both masks empty":
+        bad = (good[0].clone(), good[1].clone())
+        bad[0][0, 1], bad[1][0, 1] = 0, 0
+    else:
+        bad = (good[0] * 2, good[1])
+    calls = [lambda m: m.update(*good), lambda m: m.update(*bad), lambda m: m.compute(), lambda m: m(*bad),
+             lambda m: m.compute(), lambda m: m.reset(), lambda m: m(*good), lambda m: m.compute()]
+    want = assert_calls_are_the_releases(lambda: HausdorffDistance(num_classes=2, include_background=True), calls,
+                                         ["edge_distances"])
+    assert want[0] is None and want[1].startswith("RuntimeError: max()" if "empty" in case else "ValueError: Input x")
+
+
 @pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
-@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("shortcuts", [False])
 def test_errors_are_the_releases_at_the_next_compute_once(shortcuts):
     good = (_masks(2, 1, 2, 8, 0.4), _masks(3, 1, 2, 8, 0.4))
     absent = (good[0].clone(), good[1].clone())
@@ -149,9 +167,10 @@ def test_errors_are_the_releases_at_the_next_compute_once(shortcuts):
     with pytest.raises(ValueError, match=r"^Input x should be binarized \(tmpatch edge_distances: 1 update"):
         metric.compute()
     metric.update(*absent)
-    with pytest.raises(RuntimeError, match=r"tmpatch edge_distances: 1 update.*reported at reset\(\)"):
-        metric.reset()  # the batch would be dropped: its report comes first, once
-    metric.reset()  # reset discards it
+    with pytest.raises(RuntimeError, match=r"tmpatch edge_distances: 1 update.*reported at reset\(\)") as caught:
+        metric.reset()  # the batch is dropped: its report comes there, once, after the reset
+    assert str(caught.value).startswith(f"{empty_error.value} (tmpatch edge_distances")
+    assert metric.update_count == 0
     metric.update(*good)
     metric.compute()
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
 from tests.patches.eager import assert_eager_is_the_release
+from tests.patches.release_calls import assert_calls_are_the_releases
 from tmpatch.patches import fairness_groups as patch
 from tmpatch.runtime import deferred
 
@@ -134,8 +135,23 @@ def test_states_and_results_equal_the_releases(cases):
 
 
 # -- more groups than num_groups ---------------------------------------------------------------------
+@pytest.mark.parametrize("validate", [False, True])
+@pytest.mark.parametrize("kind", ["rates", "demographic_parity", "all"])
+def test_on_the_cpu_every_call_is_the_releases(kind, validate):
+    """The release's split from the same update (forward included): its IndexError after adding the
+    first num_groups groups, those states, nothing pending."""
+    preds = torch.tensor([0.9, 0.1, 0.8, 0.3, 0.7, 0.6])
+    target = torch.tensor([1, 0, 1, 1, 0, 1])
+    good = (preds[:3], target[:3], torch.tensor([0, 1, 1]))
+    bad = (preds, target, torch.tensor([0, 1, 2, 3, 3, 0]))  # four groups, num_groups=3
+    calls = [lambda m: m.update(*good), lambda m: m.update(*bad), lambda m: m.compute(), lambda m: m(*bad),
+             lambda m: m.compute(), lambda m: m.reset(), lambda m: m(*good), lambda m: m.compute()]
+    want = assert_calls_are_the_releases(lambda: _build(kind, 3, validate_args=validate), calls, ["fairness_groups"])
+    assert want[0] is None and want[1] == "IndexError: index 3 is out of bounds for dimension 0 with size 3", want
+
+
 @pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
-@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("shortcuts", [False])
 def test_more_groups_than_num_groups_leaves_the_releases_states_and_raises_at_compute_once(shortcuts):
     preds = torch.tensor([0.9, 0.1, 0.8, 0.3, 0.7, 0.6])
     target = torch.tensor([1, 0, 1, 1, 0, 1])
@@ -150,13 +166,14 @@ def test_more_groups_than_num_groups_leaves_the_releases_states_and_raises_at_co
     for state in STATES:
         assert_bitwise(getattr(metric, state), getattr(upstream, state))
     assert _pending(metric) == 2
-    with pytest.raises(IndexError, match=r"tmpatch fairness_groups: 2 row\(s\) .* num_groups=3"):
+    release = r"^index 3 is out of bounds for dimension 0 with size 3 \(tmpatch fairness_groups: 2 row\(s\)"
+    with pytest.raises(IndexError, match=release + r" .* num_groups=3"):
         metric.compute()
     metric.compute()  # reported once
     metric.update(preds, target, groups)
-    with pytest.raises(IndexError, match=r"tmpatch fairness_groups: 2 row\(s\)"):
-        metric.reset()  # the rows would be dropped: their report comes first, once
-    metric.reset()
+    with pytest.raises(IndexError, match=release + r".*reported at reset\(\)"):
+        metric.reset()  # the rows are dropped: their report comes there, once, after the reset
+    assert all(int(getattr(metric, state).sum()) == 0 for state in STATES)
     metric.update(preds[:3], target[:3], groups[:3])
     metric.compute()
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
 from tests.patches.eager import assert_eager_is_the_release
+from tests.patches.release_calls import assert_calls_are_the_releases
 from tmpatch.patches import legacy_dice_checks as patch
 from tmpatch.runtime import deferred
 
@@ -148,8 +149,24 @@ BAD = {  # check key: Dice arguments, an update failing it (and only checks afte
 }
 
 
+@pytest.mark.parametrize("key", sorted(BAD))
+def test_on_the_cpu_every_call_is_the_releases(key):
+    """The release's check statements from the same update (forward included), before the batch is added."""
+    kwargs, preds, target = BAD[key]
+    if "num_classes" in kwargs:  # a valid batch of the same kind
+        good = CONFIGS["multiclass" if preds.is_floating_point() else "labels"][1]()
+    else:
+        labels = (torch.tensor([0, 1, 1]), torch.tensor([0, 1, 0]))
+        good = CONFIGS["binary"][1]() if preds.is_floating_point() else labels
+    calls = [lambda m: m.update(*good), lambda m: m.update(preds, target), lambda m: m.compute(),
+             lambda m: m(preds, target), lambda m: m.compute(), lambda m: m.reset(), lambda m: m(*good),
+             lambda m: m.compute()]
+    want = assert_calls_are_the_releases(lambda: Dice(**kwargs), calls, ["legacy_dice_checks"])
+    assert want[0] is None and want[1] == f"ValueError: {patch.MESSAGES[key]}", want
+
+
 @pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
-@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("shortcuts", [False])
 def test_each_check_raises_the_releases_error_at_the_next_compute_once(shortcuts):
     import re
 
@@ -167,10 +184,10 @@ def test_each_check_raises_the_releases_error_at_the_next_compute_once(shortcuts
             metric.compute()
         metric.compute()  # reported once
         metric.update(preds, target)
-        with pytest.raises(ValueError, match=r"tmpatch legacy_dice_checks: 1 upd.*reported at reset\(\)"):
-            metric.reset()  # the batch would be dropped: its report comes first, once
-        assert _pending(metric) == 0
-        metric.reset()  # reset discards it
+        with pytest.raises(ValueError, match=f"^{re.escape(patch.MESSAGES[key])} \\(tmpatch legacy_dice_checks: 1 "
+                           r"upd.*reported at reset\(\)"):
+            metric.reset()  # the batch is dropped: its report comes there, once, after the reset
+        assert _pending(metric) == 0 and int(metric.tp.sum()) == 0 and metric.update_count == 0
 
 
 def test_functional_api_and_metrics_built_before_apply_raise_in_update():

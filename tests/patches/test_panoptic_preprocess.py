@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
 from tests.patches.eager import assert_eager_is_the_release
+from tests.patches.release_calls import assert_calls_are_the_releases
 from tmpatch.runtime import deferred
 
 if release_in("<1.0.0"):
@@ -129,8 +130,22 @@ def test_states_and_results_equal_the_releases(cases):
 
 
 # -- the check, at compute ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", sorted(CLASSES))
+def test_on_the_cpu_every_call_is_the_releases(kind):
+    """The release's check from the same update (forward included), its message listing the ids,
+    before the batch is added."""
+    things, stuffs = {0, 1}, {2}
+    good, bad = _image([0, 1, 2]), _image([0, 1, 2, 7], seed=3)
+    calls = [lambda m: m.update(good, good), lambda m: m.update(bad, good), lambda m: m.compute(),
+             lambda m: m(bad, good), lambda m: m.compute(), lambda m: m.reset(), lambda m: m(good, good),
+             lambda m: m.compute()]
+    want = assert_calls_are_the_releases(lambda: CLASSES[kind](things=things, stuffs=stuffs), calls,
+                                         ["panoptic_preprocess"])
+    assert want[0] is None and want[1].startswith("ValueError: Unknown categories found: tensor("), want
+
+
 @pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
-@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("shortcuts", [False])
 def test_unknown_categories_raise_the_releases_error_at_the_next_compute_once(shortcuts):
     things, stuffs = {0, 1}, {2}
     good, bad = _image([0, 1, 2]), _image([0, 1, 2, 7], seed=3)
@@ -148,9 +163,9 @@ def test_unknown_categories_raise_the_releases_error_at_the_next_compute_once(sh
             metric.compute()
         metric.compute()  # reported once
         metric.update(bad, good)
-        with pytest.raises(ValueError, match=r"^Unknown categories found .*reported at reset\(\)"):
-            metric.reset()  # the batch would be dropped: its report comes first, once
-        metric.reset()  # reset discards it
+        with pytest.raises(ValueError, match=r"^Unknown categories found \(tmpatch .*reported at reset\(\)"):
+            metric.reset()  # the batch is dropped: its report comes there, once, after the reset
+        assert _pending(metric) == 0 and int(metric.true_positives.sum()) == 0
         metric.update(good, good)
         metric.compute()
         allowed = cls(things=things, stuffs=stuffs, allow_unknown_preds_category=True)
@@ -165,6 +180,7 @@ def test_the_batch_is_counted_as_with_unknown_categories_allowed():
     allowed = PanopticQuality(things=things, stuffs=stuffs, allow_unknown_preds_category=True)
     allowed.update(bad, good)
     _apply()
+    cpu_shortcuts(False)
     metric = PanopticQuality(things=things, stuffs=stuffs)
     metric.update(bad, good)
     for name in ("iou_sum", "true_positives", "false_positives", "false_negatives"):

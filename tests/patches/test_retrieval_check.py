@@ -134,17 +134,70 @@ BAD_TARGETS = {  # query 0 sums to 0 (skipped by compute), query 1 has a positiv
 }
 
 
+def _outcomes(metric, steps):
+    """Each step's result or error (type, message), as a user sees it."""
+    out = []
+    for step in steps:
+        try:
+            value = step(metric)
+            out.append(("ok", None if value is None else [v.tolist() for v in _values(value)]))
+        except Exception as exc:  # noqa: BLE001 - the outcome compared
+            out.append((type(exc).__name__, str(exc)))
+    return out
+
+
+#: the forward of a bad batch, then compute(), reset() and a good epoch (the report's example)
+EPOCHS = [
+    lambda m: m(torch.tensor([.1, .2, .3]), torch.tensor([0, 2, 1]), indexes=torch.tensor([0, 0, 0])),
+    lambda m: m.compute(),
+    lambda m: m.reset(),
+    lambda m: m.update(torch.tensor([.1, .2, .3, .4]), torch.tensor([0, 1, 1, 0]), indexes=torch.tensor([0, 0, 0, 0])),
+    lambda m: m.compute(),
+]
+
+
+@pytest.mark.parametrize("held", [False, True])
+@pytest.mark.parametrize("bad", sorted(BAD_TARGETS))
+def test_on_the_cpu_every_call_is_the_releases(bad, held, monkeypatch):
+    """The release's check, from the same update, before the batch is appended: forward, update,
+    compute, reset and the next epoch give what the release gives, call by call."""
+    if held:  # nothing waits for a settle point on the CPU either
+        from tmpatch.runtime.deferred import landing
+
+        monkeypatch.setattr(landing, "read_at_once", lambda tensor: False)
+        monkeypatch.setattr(landing, "new_event", lambda device: landing.NEVER)
+    preds, indexes = torch.tensor([0.2, 0.7, 0.4, 0.3]), torch.tensor([0, 0, 1, 1])
+    steps = EPOCHS + [
+        lambda m: m.update(preds, torch.tensor([0, 1, 1, 0]), indexes=indexes),
+        lambda m: m.update(preds, BAD_TARGETS[bad], indexes=indexes),
+        lambda m: m.compute(),
+        lambda m: m(preds, BAD_TARGETS[bad], indexes=indexes),
+        lambda m: m.compute(),
+        lambda m: m.reset(),
+        lambda m: m.compute(),
+    ]
+    for name, build in CLASSES.items():
+        tmpatch.revert()
+        expected = _outcomes(build(), steps)
+        _apply()
+        metric = build()
+        assert _outcomes(metric, steps) == expected, name
+        assert not deferred.pending(metric)
+    assert expected[:5] == [("ValueError", "`target` must contain `binary` values"), expected[1], ("ok", None),
+                            ("ok", None), expected[4]] and expected[1][0] == "ValueError"
+
+
 @pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
-@pytest.mark.parametrize("shortcuts", [True, False])
-def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(shortcuts):
+def test_on_a_device_the_releases_error_comes_once_at_the_next_compute():
     """The bad values sit in a query that compute() skips (no positive target: its sum is 0),
-    so the release's compute, which checks each query again, passes and the report is ours."""
+    so the release's compute, which checks each query again, passes and the report is ours:
+    the release's type and words first, tmpatch's note after them, once."""
     preds, indexes = torch.tensor([0.2, 0.7, 0.4, 0.3]), torch.tensor([0, 0, 1, 1])
     for target in BAD_TARGETS.values():
-        with pytest.raises(ValueError, match="`target` must contain `binary` values"):  # upstream: in update()
+        with pytest.raises(ValueError, match="^`target` must contain `binary` values$"):  # upstream: in update()
             R.RetrievalMAP().update(preds, target, indexes=indexes)
     _apply()
-    cpu_shortcuts(shortcuts)
+    cpu_shortcuts(False)
     for target in BAD_TARGETS.values():
         metric = R.RetrievalMAP()
         metric.update(preds, target, indexes=indexes)  # no error here
@@ -156,17 +209,35 @@ def test_a_non_binary_target_raises_the_releases_error_at_the_next_compute_once(
         metric.compute()  # reported once
         metric.update(preds, target, indexes=indexes)
         with pytest.raises(ValueError, match=r"^`target` must contain `binary` values .*reported at reset\(\)"):
-            metric.reset()  # the batch would be dropped: its report comes first, once
-        metric.reset()  # reset discards it
+            metric.reset()  # the batch is dropped: its report comes there, once
+        assert metric.update_count == 0 and not metric.preds  # the reset was done all the same
         metric.update(preds, torch.tensor([0, 1, 1, 0]), indexes=indexes)
         metric.compute()
 
 
 @pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
+def test_on_a_device_reset_is_never_blocked_by_the_report():
+    """The report's example on the device path: the bad batch is in the states (the deliberate
+    difference there), so the release's compute checks it and raises its own error; reset()
+    gives the deferred report once, after resetting; the next good epoch is the release's."""
+    tmpatch.revert()
+    expected = _outcomes(R.RetrievalMAP(), EPOCHS)
+    _apply()
+    cpu_shortcuts(False)
+    got = _outcomes(R.RetrievalMAP(), EPOCHS)
+    assert got[0] == expected[0] == ("ValueError", "`target` must contain `binary` values")  # forward's compute
+    assert got[1] == ("ValueError", "`target` must contain `binary` values")  # the release's compute, batch kept
+    assert got[2][0] == "ValueError" and got[2][1].startswith(
+        "`target` must contain `binary` values (tmpatch retrieval_check: 1 update(s) of RetrievalMAP"), got[2]
+    assert got[3:] == expected[3:] and expected[4] == ("ok", [pytest.approx(0.5833, abs=1e-4)])
+
+
+@pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
 def test_where_the_releases_compute_checks_the_query_its_error_comes_first():
     """A bad value in a query compute() evaluates: the release's compute raises its own
-    error (the batch is in the states) until reset(); reset() gives the report first, once."""
+    error (the batch is in the states) until reset(); reset() resets and gives the report, once."""
     _apply()
+    cpu_shortcuts(False)
     metric = R.RetrievalMAP()
     metric.update(torch.tensor([0.2, 0.7]), torch.tensor([1, 2]), indexes=torch.tensor([0, 0]))
     for _ in range(2):
@@ -176,9 +247,22 @@ def test_where_the_releases_compute_checks_the_query_its_error_comes_first():
     with pytest.raises(ValueError, match=r"tmpatch retrieval_check: 1 update.*reported at reset\(\)"):
         metric.reset()
     assert not deferred.local_records(metric)
-    metric.reset()
     metric.update(torch.tensor([0.2, 0.7]), torch.tensor([0, 1]), indexes=torch.tensor([0, 0]))
     assert metric.compute() == 1.0
+
+
+@pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
+def test_a_collections_reset_resets_every_member_before_the_report():
+    from torchmetrics import MetricCollection
+
+    _apply()
+    cpu_shortcuts(False)
+    collection = MetricCollection([R.RetrievalMAP(), R.RetrievalMRR()])
+    collection.update(torch.tensor([0.2, 0.7]), torch.tensor([0, 3]), indexes=torch.tensor([0, 0]))
+    with pytest.raises(ValueError, match=r"^`target` must contain `binary` values \(tmpatch retrieval_check: 2 upd"):
+        collection.reset()
+    assert all(m.update_count == 0 and not m.preds for m in collection.values())
+    collection.reset()
 
 
 def test_nan_targets_pass_as_in_the_release():
@@ -197,6 +281,7 @@ def test_nan_targets_pass_as_in_the_release():
 @pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
 def test_forward_reports_at_the_users_compute_not_inside_forward():
     _apply()
+    cpu_shortcuts(False)
     metric = R.RetrievalMRR()
     metric(torch.tensor([0.2, 0.7]), torch.tensor([0, 1]), indexes=torch.tensor([1, 1]))
     metric(torch.tensor([0.2, 0.7]), torch.tensor([3, -3]), indexes=torch.tensor([0, 0]))  # forward's compute skips it

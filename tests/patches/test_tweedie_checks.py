@@ -13,6 +13,7 @@ from torchmetrics.regression import TweedieDevianceScore
 import tmpatch
 from tests.conftest import assert_bitwise, cpu_shortcuts, examples
 from tests.patches.eager import assert_eager_is_the_release
+from tests.patches.release_calls import assert_calls_are_the_releases
 from tmpatch.patches import tweedie_checks as patch
 from tmpatch.runtime import deferred
 
@@ -75,8 +76,22 @@ def test_states_and_results_equal_the_releases(cases):
             assert_bitwise(a, b)
 
 
+BAD = (torch.tensor([0.5, -1.0, 2.0]), torch.tensor([1.0, 1.0, -2.0]))
+GOOD = (torch.tensor([0.5, 1.0, 2.0]), torch.tensor([1.0, 1.5, 2.0]))
+
+
+@pytest.mark.parametrize("power", sorted(POWERS))
+def test_on_the_cpu_every_call_is_the_releases(power):
+    """The release's check from the same update (forward included), before the batch is added."""
+    calls = [lambda m: m.update(*GOOD), lambda m: m.update(*BAD), lambda m: m.compute(), lambda m: m(*BAD),
+             lambda m: m.compute(), lambda m: m.reset(), lambda m: m(*GOOD), lambda m: m.compute()]
+    want = assert_calls_are_the_releases(lambda: TweedieDevianceScore(power=power), calls,
+                                         ["tweedie_checks", "scalar_tensors"])
+    assert want[1] == f"ValueError: For power={power}, {patch.MESSAGES[POWERS[power]]}"
+
+
 @pytest.mark.usefixtures("held_reports")  # at compute(), as on a GPU before the copy lands
-@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("shortcuts", [False])
 def test_out_of_domain_input_raises_the_releases_error_at_the_next_compute_once(shortcuts):
     bad = (torch.tensor([0.5, -1.0, 2.0]), torch.tensor([1.0, 1.0, -2.0]))
     good = (torch.tensor([0.5, 1.0, 2.0]), torch.tensor([1.0, 1.5, 2.0]))
@@ -100,10 +115,10 @@ def test_out_of_domain_input_raises_the_releases_error_at_the_next_compute_once(
             metric.compute()
         metric.compute()  # reported once
         metric.update(*bad)
-        with pytest.raises(ValueError, match=r"tmpatch tweedie_checks: 1 upd.*reported at reset\(\)"):
-            metric.reset()  # the batch would be dropped: its report comes first, once
-        metric.reset()  # reset discards it
-        assert _pending(metric) == 0
+        with pytest.raises(ValueError, match=f"^{re.escape(messages[power])} \\(tmpatch tweedie_checks: 1 upd.*"
+                           r"reported at reset\(\)"):
+            metric.reset()  # the batch is dropped: its report comes there, once, after the reset
+        assert _pending(metric) == 0 and metric.num_observations == 0
         metric.update(*good)
         metric.compute()
 

@@ -22,14 +22,17 @@ maximum of what ``edge_surface_distance`` returns):
   cols) ** 2``, ``sqrt``, ...) over rows, then over columns: the expression only grows with
   each term, so the minimum is the same value (memory ``h * w * (h + w)`` per mask, where
   the release's is edge points times other points);
-* ``check_if_binarized`` is counted on the device and the release's ``ValueError`` raised
-  once at the next ``compute()`` (on the CPU it is read at once and only a failing update
-  counted: the same report on every device);
+* ``check_if_binarized`` is counted on the device and the release's ``ValueError`` (its
+  message first, tmpatch's note after it) raised once, from a later update, the next
+  ``compute()`` or settle point;
 * ``mask_edges``' ``if not or_val.any()`` is not taken: empty masks then have no edge
   pixels, the same distances;
 * a sample and class where both masks are empty: the release's ``max()`` of an empty tensor
-  raises ``RuntimeError``; counted and raised once at the next ``compute()`` (that
+  raises ``RuntimeError``; counted and raised (torch's message first) once, as above (that
   distance is 0 in the states: deliberate difference, ``reset()`` discards it).
+
+On the CPU, where the reads cost nothing, the class ``update`` runs the release's update
+unmarked: its checks, errors and arithmetic as they are.
 * ``binary_erosion``'s structuring element is filled on the device (every caller).
 
 The release's code runs outside a marked update (the functional API, metrics built before
@@ -57,7 +60,7 @@ from tmpatch.runtime.device_tensors import to_device
 from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, Together, Variant, gated, since, span
 
 _NOTE = ("reported at {point} instead of in update(). Unlike without tmpatch, those batches were added to the "
-         "metric's states: reset() discards them. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)")
+         "metric's states: reset() discards them. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch")
 
 
 def _count(found: List[Tuple[Any, int]], top: Any, all_ranks: bool) -> str:
@@ -67,9 +70,9 @@ def _count(found: List[Tuple[Any, int]], top: Any, all_ranks: bool) -> str:
 
 
 def _binarized(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
-    raise ValueError(f"Input x should be binarized (tmpatch edge_distances: {_count(found, top, all_ranks)} since "
-                     "the last report had masks with values other than 0 and 1; "
-                     f"{_NOTE.format(point=deferred.point())}")
+    raise deferred.error_as_release(ValueError, "Input x should be binarized", (
+        f"tmpatch edge_distances: {_count(found, top, all_ranks)} since the last report had masks with values "
+        f"other than 0 and 1; {_NOTE.format(point=deferred.point())}"))
 
 
 def _empty(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
@@ -80,9 +83,10 @@ def _empty(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
         message = "max() of an empty tensor"
     except RuntimeError as exc:
         message = str(exc)
-    raise RuntimeError(f"{message} (tmpatch edge_distances: {_count(found, top, all_ranks)} since the last "
-                       f"report had a sample and class with both masks empty, where the release takes the maximum "
-                       f"of no distances; {_NOTE.format(point=deferred.point())}")
+    raise deferred.error_as_release(RuntimeError, message, (
+        f"tmpatch edge_distances: {_count(found, top, all_ranks)} since the last report had a sample and class "
+        "with both masks empty, where the release takes the maximum of no distances; "
+        f"{_NOTE.format(point=deferred.point())}"))
 
 
 BINARIZED = deferred.Record("edge_distances:binarized", _binarized)
@@ -103,11 +107,15 @@ MARK = Marker("tmpatch_edge_distances", EMPTY)
 
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
-    """``HausdorffDistance.update``: the release's update, marked; what it found is counted once per update."""
-    recorded, slot = MARK.waits, MARK.slot
+    """``HausdorffDistance.update``: the release's update, marked on a device; what it found is counted once
+    per update. On the CPU (``preds`` there), where its reads cost nothing, the release's update unmarked."""
+    import torch
+
+    recorded, slot, Tensor = MARK.waits, MARK.slot, torch.Tensor
 
     def update(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not recorded(self):
+        preds = args[0] if args else kwargs.get("preds")
+        if not recorded(self) or (isinstance(preds, Tensor) and host.on_host(preds) and not compiling()):
             return original(self, *args, **kwargs)
         state = _Update()
         token = slot.set(state)
@@ -128,22 +136,15 @@ def _either(old: Any, new: Any) -> Any:
 
 
 def build_check(module: ModuleType) -> Callable[..., Any]:
-    """``check_if_binarized``: in a marked update, counted for compute() instead of read."""
+    """``check_if_binarized``: in a marked update on a device, counted for later instead of read."""
     import torch
-
-    ones, int64 = torch.ones, torch.int64
 
     @gated(MARK.slot)
     def check(original: Callable, x: Any) -> Any:
         state = MARK.get()
-        if state is None or not isinstance(x, torch.Tensor):
-            return original(x)
-        failed = (x.bool() == x).all().logical_not()
-        if host.on_host(x) and not compiling():
-            if bool(failed):  # a read costs nothing on the CPU
-                state.binarized = ones((), dtype=int64)
-            return None
-        state.binarized = _either(state.binarized, failed)
+        if state is None or not isinstance(x, torch.Tensor) or (host.on_host(x) and not compiling()):
+            return original(x)  # on the CPU a read costs nothing: the release's check raises
+        state.binarized = _either(state.binarized, (x.bool() == x).all().logical_not())
         return None
 
     return check
@@ -263,8 +264,9 @@ PATCH = Patch(
                       "nothing to repair: the segmentation distance metrics came in 1.5.0",
                       needed=False),),
     upstream="not fixed upstream (torch.any, torch.where and dis[preds] in surface_distance, per sample and class)",
-    changes="a non-binary mask, or a sample and class with both masks empty, raises the release's error at the next "
-            "compute(), once, the batch in the states (upstream: raised in update())",
+    changes="on a GPU a non-binary mask, or a sample and class with both masks empty, raises the release's error "
+            "once (from a later update(), or compute()), the batch in the states "
+            "(upstream and on the CPU: raised in that update())",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "HausdorffDistance checks and measures the edges of each sample and class with device reads "

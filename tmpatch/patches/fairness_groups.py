@@ -21,9 +21,11 @@ states (a batch with groups {0, 2} adds group 2 to slot 1): so does the patch, b
 for bit; slots past the present groups get zeros, which leave the states as they were.
 
 More distinct ids than ``num_groups`` (upstream: ``IndexError`` in ``update()``, after
-the first ``num_groups`` slots were added) leaves the rows of the extra groups out
-(the states are the ones upstream leaves behind its error) and raises ``IndexError``
-once at the next ``compute()``. Not covered (the release's code runs): the functional
+the first ``num_groups`` slots were added): on the CPU the release's split runs, its
+error from that update; on a device the rows of the extra groups are left out (the states
+are the ones upstream leaves behind its error) and the release's ``IndexError`` (torch's
+words, then tmpatch's note) is raised once, from a later update, the next ``compute()`` or
+settle point. Not covered (the release's code runs): the functional
 API (its result has one entry per present group), float group ids, group tensors with
 more than one column, empty batches, metrics built before ``apply()``. Before 1.6.1 the
 binary formatter also reads ``preds`` to choose a sigmoid: the ``logits_check`` patch,
@@ -48,20 +50,27 @@ from tmpatch.spec import PATCHED, Decline, Edit, Label, Patch, Rewrite, Target, 
 
 
 def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
-    """At the user's compute(): one IndexError for the rows left out since the last one."""
+    """On a device: the release's IndexError (torch's words for slot ``num_groups``), once, for the rows left
+    out since the last one."""
+    import torch
+
     count = sum(n for _, n in found)
     groups = sorted({getattr(metric, "num_groups", "?") for metric, _ in found}, key=str)
+    size = groups[0] if len(groups) == 1 and type(groups[0]) is int else 1
+    try:
+        torch.zeros(size)[size]  # the release's error: ``self.tp[group] += tp`` past the last slot
+        message = f"index {size} is out of bounds for dimension 0 with size {size}"
+    except IndexError as exc:
+        message = str(exc)
     names = sorted({type(metric).__name__ for metric, _ in found if metric is not top})
     name = type(top).__name__ + (f" ({', '.join(names)} inside)" if names else "")
     where = " on some rank" if all_ranks else ""
-    raise IndexError(
+    raise deferred.error_as_release(IndexError, message, (
         f"tmpatch fairness_groups: {count} row(s) seen by update() of {name}{where} since the last report "
         f"belonged to groups beyond num_groups={', '.join(map(str, groups))} (a batch had more distinct group "
-        "ids than num_groups) and were left out of the counts. Without tmpatch, update() would have raised "
-        "IndexError (index out of bounds) after adding the first num_groups groups. Group ids should be "
-        "0, 1, ..., num_groups - 1. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch."
-    )
-
+        f"ids than num_groups) and were left out of the counts; reported at {deferred.point()} instead of in "
+        "update(), where the release raises it after adding the first num_groups groups. Group ids should be "
+        "0, 1, ..., num_groups - 1. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch"))
 
 
 #: rows of groups beyond num_groups, reported at compute
@@ -108,8 +117,10 @@ def _helpers(module: ModuleType) -> Dict[str, Any]:
         # the number of each row's group among the distinct ids, in sorted order (ids are sorted)
         rank = cat([zeros(1, dtype=int64, device=indexes.device), (indexes[1:] != indexes[:-1]).cumsum(0)])
         kept = rank < num_groups
-        cpu = host.on_host(indexes) and not compiling()
-        if not (cpu and bool(kept[-1])):  # CPU: a free read, no count
+        if host.on_host(indexes) and not compiling():
+            if not bool(kept[-1]):  # a free read on the CPU: the release's split adds the first groups and raises
+                return None
+        else:
             RECORD.add(metric, (~kept).sum())
         # the release's comparisons (_binary_stat_scores_update): tp 0, fp 1, tn 2, fn 3
         same, positive = target == preds, target == 1
@@ -160,9 +171,9 @@ PATCH = Patch(
                       "nothing to repair: BinaryFairness and BinaryGroupStatRates came in 1.0.0",
                       needed=False),),
     upstream="not fixed upstream (_binary_groups_stat_scores splits the batch by group on the host)",
-    changes="more distinct group ids than num_groups raises IndexError once "
-            "(from that update() on the CPU, a later one on a GPU, or compute()), the extra "
-            "groups left out (upstream: IndexError in update(), after adding the first num_groups)",
+    changes="on a GPU more distinct group ids than num_groups raise the release's IndexError once "
+            "(from a later update(), or compute()), the extra groups left out "
+            "(upstream and on the CPU: IndexError in that update(), after adding the first num_groups)",
     requires=("deferred_reports", "logits_check"),  # before 1.6.1 the binary formatter reads the values too
     labels=(
         Label(PATCHED, "group fairness: the group sizes are copied to the host to split the batch; the "

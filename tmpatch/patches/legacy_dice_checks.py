@@ -16,15 +16,15 @@ Repair (edits of the check statements, :mod:`tmpatch.engine.rewrite`; the rest i
 code): in an update of a Dice with a deferred-report book (built while ``deferred_reports`` is
 applied; the class ``update`` marks it), each check's device condition is counted on the
 device instead of read, and the release's ``ValueError`` (its own message) is raised once at
-the next ``compute()``. So that invalid labels cannot index out of range on the device
-meanwhile, ``to_onehot`` clamps its labels into ``[0, num_classes)`` in a marked update (valid
-labels are unchanged; on the CPU only after a failed check). On the CPU the conditions are
-read at once (free there) and only a failing update is counted: the report is the same on
-every device. ``_reduce_stat_scores``
+the next ``compute()`` (or a later update, or the next settle point; its message first, tmpatch's
+note after it). So that invalid labels cannot index out of range on the device meanwhile,
+``to_onehot`` clamps its labels into ``[0, num_classes)`` in a marked update (valid labels are
+unchanged). On the CPU, where the read costs nothing, the release's check statements run as
+they are: their error from that update, before the batch is added. ``_reduce_stat_scores``
 makes its numbers with ``torch.full`` (:func:`tmpatch.runtime.device_tensors.device_tensor`).
 
-Deliberate difference: a batch that fails a check is kept in the states (its bad labels
-clamped); upstream, ``update()`` raised before adding it. The report says so; ``reset()``
+Deliberate difference (on a device only): a batch that fails a check is kept in the states
+(its bad labels clamped); upstream, ``update()`` raised before adding it. The report says so; ``reset()``
 discards it. Dice without ``num_classes`` and integer ``preds`` still reads the number of
 classes from the data (the shape of what follows depends on it). Not covered (the release's
 code runs): the functional ``dice``, other users of these checks, metrics built before
@@ -79,13 +79,11 @@ def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
     def report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
         count = sum(n for _, n in found)
         where = " on some rank" if all_ranks else ""
-        raise ValueError(
-            f"{MESSAGES[key]} (tmpatch legacy_dice_checks: {count} update(s) of {type(top).__name__}{where} since the "
+        raise deferred.error_as_release(ValueError, MESSAGES[key], (
+            f"tmpatch legacy_dice_checks: {count} update(s) of {type(top).__name__}{where} since the "
             f"last report failed this check; reported at {deferred.point()} instead of in update(). Unlike without "
-            "tmpatch, "
-            "those batches were added to the metric's states, labels outside the classes clamped: reset() discards "
-            "them. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)"
-        )
+            "tmpatch, those batches were added to the metric's states, labels outside the classes clamped: "
+            "reset() discards them. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch"))
 
     return report
 
@@ -122,20 +120,13 @@ def build_to_onehot(module: ModuleType) -> Callable[..., Any]:
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
-    import torch
-
-    ones, int64 = torch.ones, torch.int64
-
     def check(condition: Any, key: str) -> Any:
-        """The release's ``condition``; in a marked update, counted for compute() instead (False)."""
+        """The release's ``condition``; in a marked update on a device, counted for later instead (False)."""
         update = MARK.get()
         if update is None:
             return condition
         if host.on_host(condition) and not compiling():
-            if bool(condition):  # a read costs nothing on the CPU
-                RECORDS[key].add(update.metric, ones((), dtype=int64))
-                update.suspect = True
-            return False
+            return condition  # a read costs nothing on the CPU: the release's check raises in this update
         RECORDS[key].add(update.metric, condition)
         update.suspect = True  # not known on the host: clamp
         return False
@@ -220,9 +211,9 @@ PATCH = Patch(
                       "0.10's Dice has no update of its own: it runs the legacy StatScores.update, which every "
                       "legacy classification metric shares (their checks read the device as in 0.11); left alone"),),
     upstream="not fixed upstream (Dice was removed in 1.7.0)",
-    changes="a Dice input failing a check raises the release's ValueError once "
-            "(from that update() on the CPU, a later one on a GPU, or compute()), the batch "
-            "kept with its labels clamped (upstream: raised in update())",
+    changes="on a GPU a Dice input failing a check raises the release's ValueError once "
+            "(from a later update(), or compute()), the batch kept with its labels clamped "
+            "(upstream and on the CPU: raised in that update())",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "the legacy Dice's input checks read target/preds min and max; the legacy_dice_checks patch "

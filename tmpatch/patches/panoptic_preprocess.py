@@ -24,11 +24,12 @@ Repair (edits of those statements, :mod:`tmpatch.engine.rewrite`; the rest is th
   with fills), the same tensor as the release's assignment;
 * in the update of a metric with a deferred-report book (built while ``deferred_reports`` is
   applied; the class ``update``'s call is marked), the unknown-category check is counted on
-  the device and the release's ``ValueError`` ("Unknown categories found") raised once at the
-  next ``compute()``. On the CPU the condition is read at once (free there) and only a
-  failing update is counted: the report is the same on every device.
+  the device and the release's ``ValueError`` ("Unknown categories found", without the list of
+  ids, which a device read would give; tmpatch's note after it) raised once at the next
+  ``compute()`` (or a later update, or the next settle point). On the CPU, where the read costs
+  nothing, the release's check runs as it is: its error, ids listed, from that update.
 
-Deliberate difference: a batch with unknown ``preds`` categories is kept in the states, its
+Deliberate difference (on a device only): a batch with unknown ``preds`` categories is kept in the states, its
 unknown pixels counted as void (as with ``allow_unknown_preds_category=True``); upstream,
 ``update()`` raised before adding it. The report says so; ``reset()`` discards it. The
 segment matching that follows (``torch.unique``, ``.tolist()``, host-side dictionaries) is
@@ -63,14 +64,12 @@ def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
     names = sorted({type(metric).__name__ for metric, _ in found if metric is not top})
     name = type(top).__name__ + (f" ({', '.join(names)} inside)" if names else "")
     where = " on some rank" if all_ranks else ""
-    raise ValueError(
-        f"Unknown categories found (tmpatch panoptic_preprocess: {count} update(s) of {name}{where} since the last "
-        f"report had `preds` with category ids in neither `things` nor `stuffs`; reported at {deferred.point()} "
-        "instead of "
-        "in update(). Unlike without tmpatch, those batches were added to the metric's states, the unknown pixels "
-        "counted as void, as with allow_unknown_preds_category=True: reset() discards them. "
-        "TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)"
-    )
+    raise deferred.error_as_release(ValueError, "Unknown categories found", (
+        f"tmpatch panoptic_preprocess: {count} update(s) of {name}{where} since the last "
+        f"report had `preds` with category ids in neither `things` nor `stuffs` (not listed: a device read); "
+        f"reported at {deferred.point()} instead of in update(). Unlike without tmpatch, those batches were added "
+        "to the metric's states, the unknown pixels counted as void, as with allow_unknown_preds_category=True: "
+        "reset() discards them. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch"))
 
 
 #: updates whose preds held unknown categories, reported at compute
@@ -143,14 +142,11 @@ def _names(module: ModuleType) -> Dict[str, Any]:
         return table[(arr.long() - low).clamp(0, high - low)] & inside
 
     def unknown(known: Any) -> bool:
-        """The release's ``not torch.all(known)``; in a marked update, counted for compute() instead (False)."""
+        """The release's ``not torch.all(known)``; in a marked update on a device, counted for later instead
+        (False)."""
         metric = _current.get()
-        if metric is None:
+        if metric is None or not on_device(known):  # on the CPU a read costs nothing: the release's check raises
             return not torch.all(known)
-        if not on_device(known):
-            if not bool(known.all()):  # a read costs nothing on the CPU
-                RECORD.add(metric, torch.ones((), dtype=torch.int64))
-            return False
         RECORD.add(metric, ~known.all())
         return False
 
@@ -219,8 +215,9 @@ PATCH = Patch(
     known=since("0.10.0"),
     declines=(Decline(span("0.10.0", "0.11.4"), "nothing to repair: PanopticQuality came in 1.0.0", needed=False),),
     upstream="not fixed upstream (_isin with arr.new(values), out.new(void_color) in _prepocess_inputs)",
-    changes="unknown preds categories (allow_unknown_preds_category=False) raise the release's ValueError at the next "
-            "compute(), once, the batch counted with those pixels void (upstream: raised in update())",
+    changes="on a GPU unknown preds categories (allow_unknown_preds_category=False) raise the release's ValueError "
+            "once (from a later update(), or compute()), the batch counted with those pixels void "
+            "(upstream and on the CPU: raised in that update())",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "panoptic quality copies its category lists to the device (_isin: arr.new(values)); the "

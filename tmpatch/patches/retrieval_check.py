@@ -13,17 +13,18 @@ Repair: the class ``update`` of ``RetrievalMetric`` and of
 ``RetrievalPrecisionRecallCurve`` (every retrieval metric inherits one of them) marks
 the update with the metric it runs for (a context variable, when the metric has a
 deferred-report book: built while ``deferred_reports`` is applied). Inside such an
-update the check runs as the release's own function with the value check turned off
-(its dtype checks and conversions unchanged), and the release's condition, evaluated on
-the same tensor (``max > 1 or min < 0``, NaN included as the release reads it), is added
-on the device to the metric's book. At the user's next ``compute()`` the release's
-``ValueError`` is raised once, with a note. On the CPU the condition is read at once
-(the read costs nothing there) and only a failing update touches the book: the report
-is the same on every device. Boolean targets cannot fail the check and skip it.
+update on a device the check runs as the release's own function with the value check
+turned off (its dtype checks and conversions unchanged), and the release's condition,
+evaluated on the same tensor (``max > 1 or min < 0``, NaN included as the release reads
+it), is added on the device to the metric's book; the release's ``ValueError`` (its
+message first, tmpatch's note after it) is raised once, from a later update, ``compute()``
+or the next settle point (a ``reset()`` resets first, then raises). On the CPU, where the
+read costs nothing, the release's function runs as it is: its error from that update,
+before the batch is appended. Boolean targets cannot fail the check and skip it.
 
-Deliberate difference: a batch with a non-binary target is kept in the metric's states
-(upstream, ``update()`` raised before appending it); the report says so, and
-``reset()`` discards it. Not covered (the release's code runs): the functional API,
+Deliberate difference (on a device only): a batch with a non-binary target is kept in the
+metric's states (upstream, ``update()`` raised before appending it); the report says so,
+and ``reset()`` discards it. Not covered (the release's code runs): the functional API,
 metrics built before ``apply()``. The ``ignore_index`` removal in
 ``_check_retrieval_inputs`` stays: the states keep the values that remain.
 
@@ -48,17 +49,16 @@ MESSAGE = "`target` must contain `binary` values"
 
 
 def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
-    """At the user's compute(): the release's ValueError, once, for every update that failed the check."""
+    """On a device: the release's ValueError, once, for every update that failed the check."""
     count = sum(n for _, n in found)
     names = sorted({type(metric).__name__ for metric, _ in found if metric is not top})
     name = type(top).__name__ + (f" ({', '.join(names)} inside)" if names else "")
     where = " on some rank" if all_ranks else ""
-    raise ValueError(
-        f"{MESSAGE} (tmpatch retrieval_check: {count} update(s) of {name}{where} since the last report had a "
+    raise deferred.error_as_release(ValueError, MESSAGE, (
+        f"tmpatch retrieval_check: {count} update(s) of {name}{where} since the last report had a "
         f"`target` with values outside [0, 1]; reported at {deferred.point()} instead of in update(). Unlike without "
         "tmpatch, those batches were added to the metric's states: reset() discards them. "
-        "TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)"
-    )
+        "TMPATCH_CHECKS=eager raises it in update(), as without tmpatch"))
 
 
 #: updates whose target failed the check, reported at compute
@@ -74,7 +74,7 @@ def build_check(module: ModuleType) -> Callable[..., Any]:
     release's function without its value check, and the check counted on the device."""
     import torch
 
-    bool_, ones, int64 = torch.bool, torch.ones, torch.int64
+    bool_, Tensor = torch.bool, torch.Tensor
     aminmax = getattr(torch, "aminmax", None)  # torch >= 1.11; else max and min
 
     def bounds(target: Any) -> Tuple[Any, Any]:
@@ -89,16 +89,14 @@ def build_check(module: ModuleType) -> Callable[..., Any]:
     @gated(MARK.slot)
     def check(original: Callable, preds: Any, target: Any, allow_non_binary_target: bool = False) -> Any:
         metric = MARK.get()
-        if metric is None or allow_non_binary_target:
+        if (metric is None or allow_non_binary_target or not isinstance(target, Tensor)
+                or (host.on_host(target) and not compiling())):
+            # the release's function: on the CPU its check is read at once, its error raised before the append
             return original(preds, target, allow_non_binary_target)
         out = original(preds, target, True)  # the release's dtype checks and conversions; raises as it does
         if target.dtype is bool_:  # max <= 1 and min >= 0: the check cannot fail
             return out
         low, high = bounds(target)
-        if host.on_host(target) and not compiling():
-            if high.item() > 1 or low.item() < 0:  # a read costs nothing on the CPU
-                RECORD.add(metric, ones((), dtype=int64))
-            return out
         RECORD.add(metric, (high > 1) | (low < 0))
         return out
 
@@ -113,9 +111,9 @@ PATCH = Patch(
             "for binary targets; the check is counted on the device and reported later, once, without a sync",
     known=since("0.10.0"),
     upstream="not fixed upstream (no argument turns the check off)",
-    changes="a non-binary retrieval target raises the release's ValueError once "
-            "(from that update() on the CPU, a later one on a GPU, or compute()), "
-            "and that batch is in the states (upstream: raised in update(), batch not added)",
+    changes="on a GPU a non-binary retrieval target raises the release's ValueError once "
+            "(from a later update(), or compute()), and that batch is in the states "
+            "(upstream and on the CPU: raised in that update(), batch not added)",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "retrieval metrics check for binary targets with target.max() > 1 or target.min() < 0 "

@@ -10,15 +10,13 @@ Repair: the class ``update`` marks the update of a metric with a deferred-report
 (built while ``deferred_reports`` is applied). In a marked update an edit hands the
 solve to :func:`torch.linalg.solve_ex`, the very solver ``torch.linalg.solve`` runs
 before its check (the solution is the same, bit for bit), and counts the singular
-systems on the device; at the next ``compute()`` the release's ``LinAlgError`` (torch's
-message) is raised once. On the CPU, where the check costs nothing, the release's
-``torch.linalg.solve`` runs and only a failing update is counted (its batch then takes
-``solve_ex``'s solution): the results and the report are the same on every device. Outside a marked
-update (the functional API, metrics built before ``apply()``) the release's
-``torch.linalg.solve`` runs. On the CPU the class ``update`` runs the release's update
-unmarked first (no bookkeeping on its path) and marks it only when the solve raised.
+systems on the device; the release's ``LinAlgError`` (torch's message first, tmpatch's note
+after it) is raised once, from a later update, the next ``compute()`` or settle point. On the
+CPU, where the check costs nothing, the class ``update`` runs the release's update unmarked:
+its error from that update, before a state changes. Outside a marked update (the functional
+API, metrics built before ``apply()``) the release's ``torch.linalg.solve`` runs.
 
-Deliberate difference: a batch with a singular system is added to the states (upstream,
+Deliberate difference (on a device only): a batch with a singular system is added to the states (upstream,
 ``update()`` raised before); its SDR is whatever the solver gave (NaN or infinite) until
 ``reset()``.
 
@@ -38,22 +36,32 @@ from tmpatch.runtime.compiled import compiling
 from tmpatch.runtime.deferred.marking import Marker
 from tmpatch.spec import PATCHED, Edit, Label, Patch, Rewrite, Target, Together, Variant, inline, since, span
 
-#: torch's message for a singular system (``torch.linalg.solve``, torch 2.1-2.13)
+#: torch's message for a singular system (``torch.linalg.solve`` of one system, torch 2.1-2.13)
 MESSAGE = "torch.linalg.solve: The solver failed because the input matrix is singular."
 
 
+def _message() -> str:
+    """Torch's own message for a singular system, as this torch words it."""
+    import torch
+
+    try:
+        torch.linalg.solve(torch.zeros(1, 1), torch.zeros(1))
+    except torch.linalg.LinAlgError as exc:
+        return str(exc)
+    return MESSAGE
+
+
 def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
-    """At the user's compute(): torch's LinAlgError, once, for every update that met a singular system."""
+    """On a device: torch's LinAlgError, once, for every update that met a singular system."""
     import torch
 
     count = sum(n for _, n in found)
     where = " on some rank" if all_ranks else ""
-    raise torch.linalg.LinAlgError(
-        f"{MESSAGE} (tmpatch sdr_solve: {count} update(s) of {type(top).__name__}{where} since the last report "
-        f"met a singular system; reported at {deferred.point()} instead of in update(). Unlike without tmpatch, those "
-        "batches were added to the metric's states: reset() discards them. "
-        "TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)"
-    )
+    raise deferred.error_as_release(torch.linalg.LinAlgError, _message(), (
+        f"tmpatch sdr_solve: {count} update(s) of {type(top).__name__}{where} since the last report "
+        f"met a singular system (which batch element: not read on the device); reported at {deferred.point()} "
+        "instead of in update(). Unlike without tmpatch, those batches were added to the metric's states: "
+        "reset() discards them. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch"))
 
 
 #: updates that met a singular system, reported at compute
@@ -65,24 +73,16 @@ MARK = Marker("tmpatch_sdr", RECORD)
 
 def build_update(module: ModuleType) -> Callable[..., Any]:
     """``SignalDistortionRatio.update``, installed itself (``spec.inline``): the release's update,
-    marked when the metric has a book. On the CPU (:func:`tmpatch.runtime.host.on_host`) it runs unmarked first: the
-    release's solve checks for nothing but a singular system, which raises before a state
-    changes; only then is the update marked and run again (its failure counted)."""
+    marked when the metric has a book. On the CPU (:func:`tmpatch.runtime.host.on_host`), where the
+    solver's check costs nothing, the release's update unmarked: its error from that update."""
     import torch
 
-    recorded, slot, failure, Tensor = MARK.waits, MARK.slot, torch.linalg.LinAlgError, torch.Tensor
+    recorded, slot, Tensor = MARK.waits, MARK.slot, torch.Tensor
 
     def update(self: Any, preds: Any, target: Any, *, _tmpatch_route: Any) -> Any:
         original = _tmpatch_route.original
-        if not _tmpatch_route.on:
-            return original(self, preds, target)
-        if type(preds) is Tensor and host.on_host(preds) and not compiling():
-            try:
-                return original(self, preds, target)
-            except failure:  # a singular system (marked below, counted), or none of ours (raised again there)
-                if not recorded(self):
-                    raise
-        elif not recorded(self):
+        if (not _tmpatch_route.on or (type(preds) is Tensor and host.on_host(preds) and not compiling())
+                or not recorded(self)):
             return original(self, preds, target)
         token = slot.set(self)
         try:
@@ -97,20 +97,13 @@ def _names(module: ModuleType) -> Dict[str, Any]:
     import torch
 
     linalg = torch.linalg
-    ones, int64 = torch.ones, torch.int64
 
     def solve(a: Any, b: Any) -> Any:
-        """The release's ``torch.linalg.solve(a, b)``; in a marked update, its solver without the check,
-        the failures counted for compute()."""
+        """The release's ``torch.linalg.solve(a, b)``; in a marked update on a device, its solver without
+        the check, the failures counted for later."""
         metric = MARK.get()
-        if metric is None:
+        if metric is None or (host.on_host(a) and not compiling()):  # the check costs nothing on the CPU
             return linalg.solve(a, b)
-        if host.on_host(a) and not compiling():
-            try:  # the check costs nothing on the CPU: the release's solve, and a failure counted
-                return linalg.solve(a, b)
-            except linalg.LinAlgError:  # a singular system: what the device path returns, counted
-                RECORD.add(metric, ones((), dtype=int64))
-                return linalg.solve_ex(a, b)[0]
         result, info = linalg.solve_ex(a, b)
         RECORD.add(metric, info.any())
         return result
@@ -128,9 +121,9 @@ PATCH = Patch(
             "failures are counted on the device and reported later, once, without a sync",
     known=since("0.10.0"),
     upstream="not fixed upstream (torch.linalg.solve always checks)",
-    changes="a singular system raises torch's LinAlgError once "
-            "(from that update() on the CPU, a later one on a GPU, or compute()), the batch in the states "
-            "(upstream: raised in update())",
+    changes="on a GPU a singular system raises torch's LinAlgError once "
+            "(from a later update(), or compute()), the batch in the states "
+            "(upstream and on the CPU: raised in that update())",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "SignalDistortionRatio solves with torch.linalg.solve, which reads its error code to raise on "

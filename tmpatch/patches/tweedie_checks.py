@@ -12,11 +12,12 @@ Repair: the class ``update`` marks the update of a metric with a deferred-report
 (an edit hands ``torch.any(a)`` and ``torch.any(b)`` to a helper, :mod:`tmpatch.engine.rewrite`; outside
 a marked update it returns the release's ``a or b``) is counted on the device
 (``torch.any(a) | torch.any(b)``) instead of read, and the release's ``ValueError`` (its message,
-with the metric's ``power``) is raised once at the next ``compute()``. On the CPU the
-condition is read at once (free there) and only a failing update is counted: the report is
-the same on every device.
+with the metric's ``power``, first; tmpatch's note after it) is raised once at the next
+``compute()`` (or a later update, or the next settle point). On the CPU, where the read costs
+nothing, the release's condition is returned as it is: its error from that update, before the
+batch is added.
 
-Deliberate difference: a batch that fails the check is added to the states (upstream,
+Deliberate difference (on a device only): a batch that fails the check is added to the states (upstream,
 ``update()`` raised before); its deviance is then NaN or infinite, as the formulas give
 for such values, until ``reset()``. The functional API and metrics built before
 ``apply()`` keep the release's checks.
@@ -51,13 +52,11 @@ def _reporter(key: str) -> Callable[[Any, List[Tuple[Any, int]], bool], None]:
         count = sum(n for _, n in found)
         power = getattr(found[0][0], "power", "?")
         where = " on some rank" if all_ranks else ""
-        raise ValueError(
-            f"For power={power}, {MESSAGES[key]} (tmpatch tweedie_checks: {count} update(s) of {type(top).__name__}"
+        raise deferred.error_as_release(ValueError, f"For power={power}, {MESSAGES[key]}", (
+            f"tmpatch tweedie_checks: {count} update(s) of {type(top).__name__}"
             f"{where} since the last report failed this check; reported at {deferred.point()} instead of in update(). "
             "Unlike without tmpatch, those batches were added to the metric's states (their deviance is NaN or "
-            "infinite): reset() discards them. "
-            "TMPATCH_CHECKS=eager raises it in update(), as without tmpatch)"
-        )
+            "infinite): reset() discards them. TMPATCH_CHECKS=eager raises it in update(), as without tmpatch"))
 
     return report
 
@@ -70,19 +69,13 @@ build_update = MARK.build_update
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
-    import torch
-
-    ones, int64 = torch.ones, torch.int64
-
     def check(key: str, first: Any, second: Any = None) -> Any:
-        """The release's ``first or second``; in a marked update, counted for compute() instead (False)."""
+        """The release's ``first or second``; in a marked update on a device, counted for later instead (False)."""
         metric = MARK.get()
         if metric is None:
             return first if second is None else first or second
-        if host.on_host(first) and not compiling():
-            if bool(first) or (second is not None and bool(second)):  # a read costs nothing on the CPU
-                RECORDS[key].add(metric, ones((), dtype=int64))
-            return False
+        if host.on_host(first) and not compiling():  # a read costs nothing on the CPU: the release's check raises
+            return first if second is None else first or second
         RECORDS[key].add(metric, first if second is None else first | second)
         return False
 
@@ -121,9 +114,9 @@ PATCH = Patch(
             "each update(); counted on the device and reported later, once, without a sync",
     known=since("0.10.0"),
     upstream="not fixed upstream (no argument turns the checks off)",
-    changes="an input outside the power's domain raises the release's ValueError once "
-            "(from that update() on the CPU, a later one on a GPU, or compute()), the "
-            "batch in the states (upstream: raised in update())",
+    changes="on a GPU an input outside the power's domain raises the release's ValueError once "
+            "(from a later update(), or compute()), the batch in the states "
+            "(upstream and on the CPU: raised in that update())",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "TweedieDevianceScore checks its inputs' range for the power (device reads); the tweedie_checks "
