@@ -16,12 +16,12 @@ later instead, exactly once, without a read of their own (:mod:`tmpatch.runtime.
   report and clear nothing; a forward that runs ``update()`` twice (full-state update)
   counts the batch once;
 * the other settle points, where the data that carries a pending report leaves the metric
-  or is dropped: ``Metric.reset`` by the user (before it), ``Metric.state_dict`` (when a
-  metric state is persistent), ``Metric.__getstate__`` (pickles, ``torch.save``, copies),
-  ``Metric.merge_state`` (1.6.0+: both metrics' books, before) and a user's ``Metric.sync``
-  (after its collectives): each reports the books as compute does, for the outermost
-  wrapper or collection resetting, saving or cloning the metric (:func:`deferred.enclosing`),
-  so that no copy of a state carries data whose report was never given;
+  or is dropped: ``Metric.reset`` by the user (before it; an error is raised once the reset
+  is done), ``Metric.state_dict`` (when a metric state is persistent), ``Metric.__getstate__``
+  (pickles, ``torch.save``, copies), ``Metric.merge_state`` (1.6.0+: both metrics' books,
+  before) and a user's ``Metric.sync`` (after its collectives): each reports the books as
+  compute does, for the outermost wrapper or collection resetting, saving or cloning the
+  metric (:func:`deferred.enclosing`), so that no copy of a state carries data whose report was never given;
 * ``Running.update`` and ``Running.forward``: the base metric's reset inside them keeps
   the books (the report comes after the wrapper's call, or at its compute);
 * ``MetricCollection.compute``: one report for the collection, after every metric's
@@ -143,11 +143,21 @@ def _settle_at(metric: Any, where: str) -> None:
 
 def _build_reset(module: ModuleType) -> Callable[..., Any]:
     """``Metric.reset`` by the user: the report first (its data is about to be dropped), for
-    the outermost wrapper or collection resetting the metric (once for all its members)."""
+    the outermost wrapper or collection resetting the metric (once for all its members). An
+    error report never blocks the reset: the metric and every metric inside that holder are
+    reset first (as the release's reset leaves them), then it is raised."""
 
     def reset(original: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
         if _users():
-            _settle_at(deferred.enclosing(self, _RESETS), "reset()")
+            top = deferred.enclosing(self, _RESETS)
+            try:
+                _settle_at(top, "reset()")
+            except Exception:
+                original(self, *args, **kwargs)
+                for inner in top.modules() if top is not self and hasattr(top, "modules") else ():
+                    if inner is not self and isinstance(inner, module.Metric):
+                        original(inner)  # the holder's own reset stops at the raise: its members reset here
+                raise
         return original(self, *args, **kwargs)
 
     return reset
