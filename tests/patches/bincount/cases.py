@@ -12,7 +12,7 @@ from torchmetrics import classification as cls
 import tmpatch
 from tests.conftest import assert_bitwise, release_in
 
-#: the start of the report a patched compute() raises
+#: the start of tmpatch's note in a deferred bincount error (after the release's words)
 MESSAGE = "tmpatch bincount: "
 
 STAT_SCORES = [cls.MulticlassStatScores, cls.MulticlassAccuracy, cls.MulticlassPrecision, cls.MulticlassRecall,
@@ -38,6 +38,8 @@ MULTICLASS_CURVE_AVERAGE = release_in(">=1.3.0")
 INDEX_ADD = release_in("<0.10.2")
 #: the error the release's ``_bincount`` gives for a negative value
 NEGATIVE = (IndexError, "out of range") if INDEX_ADD else (RuntimeError, "non-negative")
+#: torch.bincount's message for a negative value (the release's words of a deferred error)
+NEGATIVE_TEXT = "bincount only supports 1-d non-negative integral inputs."
 
 
 def apply() -> None:
@@ -188,50 +190,6 @@ def thresholds(draw) -> Any:
         return draw(st.integers(2, 7))
     values = draw(st.lists(st.floats(0, 1, width=32), min_size=1, max_size=6))
     return values if form == "list" else torch.tensor(values)
-
-
-# -- invalid input: the release on the valid positions alone ------------------------------------
-def invalid_mask(kind: str, size: int, ignore: Optional[int], preds: torch.Tensor, target: torch.Tensor):
-    """True where a position is not valid (and not ignored): a target, or a label
-    prediction, outside the classes."""
-    classes = 2 if kind != "multiclass" else size
-    bad = (target < 0) | (target >= classes)
-    if not preds.is_floating_point():
-        bad |= (preds < 0) | (preds >= classes)
-    if ignore is not None:
-        bad &= target != ignore
-    return bad
-
-
-def valid_only(kind: str, size: int, ignore: Optional[int], batches) -> Tuple[Optional[int], list, int]:
-    """``(ignore_index, batches, invalid count)`` for a reference fed the valid positions alone:
-    binary and multiclass positions are removed (dimensions flattened); multilabel elements
-    cannot be, so their target becomes the reference's ``ignore_index`` (-1 when the
-    metric has none: the release then leaves them out)."""
-    reference_ignore = ignore if ignore is not None or kind != "multilabel" else -1
-    out, count = [], 0
-    for preds, target in batches:
-        bad = invalid_mask(kind, size, ignore, preds, target)
-        count += int(bad.sum())
-        if kind == "multilabel":
-            out.append((preds, target.masked_fill(bad, reference_ignore)))
-            continue
-        keep = ~bad.flatten()
-        if kind == "multiclass" and preds.dim() == target.dim() + 1:  # (N, C, ...) scores: rows of C
-            rows = preds.movedim(1, -1).reshape(-1, preds.shape[1])
-            p = rows[keep]
-        else:
-            p = preds.flatten()[keep]
-        t = target.flatten()[keep]
-        if t.numel():
-            out.append((p, t))
-    return reference_ignore, out, count
-
-
-def message_count(text: str) -> int:
-    """The number of values a bincount report names."""
-    assert text.startswith(MESSAGE), text
-    return int(text[len(MESSAGE):].split(" ", 1)[0])
 
 
 def reports(metric) -> Tuple[Optional[str], Any]:

@@ -24,8 +24,9 @@ def _deterministic_off():
 
 
 def _recorded(x, minlength, vouch=False, counted=True):
-    """``_bincount(x, minlength)`` as a recorded update calls it; ``(counts, reported)``
-    (``counted``: by tmpatch's fixed-size count, not the release's function)."""
+    """``_bincount(x, minlength)`` as a recorded update calls it; ``(counts, reported)``, ``reported``
+    the negative values and those past the bins noted for the report, added (``counted``: by
+    tmpatch's fixed-size count, not the release's function)."""
     metric = cls.MulticlassStatScores(num_classes=3, validate_args=False)  # built applied: it has a book
     update = counting.Update(metric)
     update.vouch = vouch
@@ -35,8 +36,8 @@ def _recorded(x, minlength, vouch=False, counted=True):
     finally:
         counting.current.reset(token)
     assert update.counted is counted and update.vouch is (vouch and not counted)  # a vouch serves one call
-    pending = deferred.local_records(metric).get("bincount")
-    return out, 0 if pending is None else int(pending)
+    pending = deferred.local_records(metric)
+    return out, sum(int(pending.get(key, 0)) for key in ("bincount", "bincount_bins"))
 
 
 @st.composite
@@ -69,6 +70,8 @@ def test_in_range_counts_are_bitwise_torch_bincount_and_the_releases(case, deter
 @settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.integers(-30, 60), max_size=40), st.integers(1, 30), st.booleans())
 def test_out_of_range_values_are_left_out_and_reported_unless_vouched_for(values, minlength, vouch):
+    """Reported: what the release's torch.bincount raises on (a negative value) or gives a count longer
+    than ``minlength`` for (which its callers' ``reshape`` raises on)."""
     if vouch:  # a caller vouches for values in range or negative (positions it left out)
         values = [v for v in values if v < minlength]
     x = torch.tensor(values, dtype=torch.int64)
@@ -77,6 +80,16 @@ def test_out_of_range_values_are_left_out_and_reported_unless_vouched_for(values
     inside = [v for v in values if 0 <= v < minlength]
     assert_bitwise(got, torch.bincount(torch.tensor(inside, dtype=torch.int64), minlength=minlength))
     assert reported == (0 if vouch else len(values) - len(inside))
+
+
+def test_in_deterministic_mode_out_of_range_values_are_left_out_unreported():
+    """The release's mesh drops them without an error."""
+    cases.apply()
+    torch.use_deterministic_algorithms(True)
+    got, reported = _recorded(torch.tensor([0, -1, 2, 7]), 3)
+    torch.use_deterministic_algorithms(False)
+    assert_bitwise(got, torch.tensor([1, 0, 1]))
+    assert reported == 0
 
 
 def test_outside_a_recorded_update_the_release_runs():

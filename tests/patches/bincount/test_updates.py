@@ -1,7 +1,8 @@
 """bincount's edited code-making statements (updates.py): outside a recorded update the
 release's codes (in one op where both classes are int64: the same int64 arithmetic, bit for
 bit, overflow included) and its confusion-matrix statistics in one kernel fewer; in a
-recorded update, codes whose left-out positions lie outside the count's bins."""
+recorded update, the release's codes, those outside the count's bins (and the positions the release
+removes) past them."""
 from __future__ import annotations
 
 import torch
@@ -47,7 +48,9 @@ def test_the_statistics_of_a_confusion_matrix_are_the_releases(n, total, seed):
 
 @settings(max_examples=examples(40), deadline=None)
 @given(st.integers(1, 9), st.lists(st.integers(-12, 20), min_size=1, max_size=30), st.booleans())
-def test_in_a_recorded_update_left_out_codes_lie_outside_the_bins(n, targets, labels):
+def test_in_a_recorded_update_the_releases_codes_count_in_its_bins(n, targets, labels):
+    """The release's codes ``target * n + preds`` where they lie in its ``n * n`` bins (an invalid
+    class included: the release counts it there); every other code past the bins (wrapped)."""
     target = torch.tensor(targets)
     preds = torch.arange(len(targets)) % n if labels else (torch.arange(len(targets)) % (n + 4)) - 2
     metric = cls.MulticlassStatScores(num_classes=n, validate_args=False)
@@ -57,8 +60,8 @@ def test_in_a_recorded_update_left_out_codes_lie_outside_the_bins(n, targets, la
         codes = updates.class_codes(preds, target, n)
     finally:
         counting.current.reset(token)
-    valid = (target >= 0) & (target < n) & (preds >= 0) & (preds < n)
-    assert torch.equal(codes[valid], (target * n + preds)[valid])
-    assert bool(((codes[~valid] < 0) | (codes[~valid] >= n * n)).all())
+    release = target * n + preds
+    inside = (release >= 0) & (release < n * n)
+    assert torch.equal(codes[inside], release[inside])
     assert bool(((codes >= -update.space) & (codes < update.space)).all())
-    assert bool(((codes[~valid] % update.space) >= n * n).all())  # wrapped: past the bins
+    assert bool(((codes[~inside] % update.space) >= n * n).all())  # wrapped: past the bins

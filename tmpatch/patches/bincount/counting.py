@@ -18,26 +18,67 @@ from tmpatch.runtime import deferred, policies
 from tmpatch.runtime.compiled import ContextSlot, compiling
 from tmpatch.spec import gated
 
-MESSAGE = (
-    "tmpatch bincount: {count} value(s) seen by update() since the last report of {name} were not valid "
-    "classes ({what}) and were left out of the counts. Without tmpatch, update() would have raised, or counted "
-    "them in the wrong cells. Check `target` and label `preds`: classes in [0, num_classes) for multiclass "
-    "metrics, 0 or 1 for binary and multilabel ones (values equal to `ignore_index` excepted). "
-    "Reported at {point}. TMPATCH_BINCOUNT=eager gives the release's behaviour in update()."
-)
+#: the release's errors: ``torch.bincount`` of a negative code, ``one_hot`` of a class out of range
+NEGATIVE = "bincount only supports 1-d non-negative integral inputs."
+ONE_HOT_NEGATIVE = "Class values must be non-negative."
+ONE_HOT_LARGE = "Class values must be smaller than num_classes."
+
+_NOTE = ("tmpatch bincount: {count} value(s) seen by update() of {name}{where} since the last report {what}; "
+         "reported at {point} instead of in update(). Unlike without tmpatch, the other values of those updates "
+         "were counted into the metric's states: reset() discards them. TMPATCH_BINCOUNT=eager raises it in "
+         "update(), as without tmpatch")
 
 
-def _report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
-    count = sum(n for _, n in found)
-    names = sorted({type(metric).__name__ for metric, _ in found})
-    name = type(top).__name__ + (f" ({', '.join(n for n in names if n != type(top).__name__)} inside)"
-                                 if any(n != type(top).__name__ for n in names) else "")
-    where = "over all ranks" if all_ranks else "on this rank"
-    raise RuntimeError(MESSAGE.format(count=count, name=name, what=where, point=deferred.point()))
+def _name(top: Any, found: List[Tuple[Any, int]]) -> str:
+    inner = sorted({type(metric).__name__ for metric, _ in found if metric is not top})
+    return type(top).__name__ + (f" ({', '.join(inner)} inside)" if inner else "")
 
 
-#: values outside the valid classes, counted during updates, reported at compute
-RECORD = deferred.Record("bincount", _report)
+def _size(metric: Any) -> str:
+    """The shape the release's update reshapes its count to (its message names it)."""
+    attributes = metric.__dict__
+    thresholds = getattr(metric, "thresholds", None)
+    steps = [int(thresholds.numel())] if thresholds is not None and hasattr(thresholds, "numel") else []
+    if type(attributes.get("num_labels")) is int:
+        dims = steps + [attributes["num_labels"], 2, 2]
+    elif type(attributes.get("num_classes")) is int:
+        n = attributes["num_classes"]
+        dims = steps + [n, 2, 2] if steps else [n, n]
+    else:
+        dims = steps + [2, 2]
+    return ", ".join(str(d) for d in dims)
+
+
+def _reporter(message: Callable[[Any, List[Tuple[Any, int]]], str], what: str) -> Callable[..., None]:
+    def report(top: Any, found: List[Tuple[Any, int]], all_ranks: bool) -> None:
+        count = sum(n for _, n in found)
+        where = " on some rank" if all_ranks else ""
+        raise deferred.error_as_release(RuntimeError, message(top, found), _NOTE.format(
+            count=count, name=_name(top, found), where=where, what=what, point=deferred.point()))
+
+    return report
+
+
+def _bins_message(top: Any, found: List[Tuple[Any, int]]) -> str:
+    metric = found[0][0]
+    bins = 1
+    for d in _size(metric).split(", "):
+        bins *= int(d)
+    # the release names the count's length, its largest code + 1: not known without a read
+    return f"shape '[{_size(metric)}]' is invalid for input of size larger than {bins}"
+
+
+#: codes that make the release's ``torch.bincount`` raise (negative ones)
+RECORD = deferred.Record("bincount", _reporter(
+    lambda top, found: NEGATIVE, "were negative codes (from `target` or label `preds` below 0)"))
+#: codes past the count's bins: the release's ``reshape`` of the longer count raises
+BINS = deferred.Record("bincount_bins", _reporter(
+    _bins_message, "were codes past the count's bins (from `target` or label `preds` of num_classes or more)"))
+#: classes that make the release's ``one_hot`` raise (the multiclass curves' target)
+CLASSES_NEGATIVE = deferred.Record("bincount_one_hot_negative", _reporter(
+    lambda top, found: ONE_HOT_NEGATIVE, "were negative classes of `target`, left out of the counts"))
+CLASSES_LARGE = deferred.Record("bincount_one_hot", _reporter(
+    lambda top, found: ONE_HOT_LARGE, "were classes of `target` of num_classes or more, left out of the counts"))
 
 
 class Update:
@@ -57,22 +98,47 @@ class Update:
         self.vouch = False  # the next _bincount input is negative exactly where positions are left out
         self.counted = False  # _bincount ran (the vectorised path, not a loop)
 
-    def bad(self, mask: Any) -> None:
-        """Report the positions of ``mask`` (True: invalid, not ignored) at compute."""
-        RECORD.note(self.metric, mask, deferred.SUM)
+    def note(self, evidence: Any, kind: deferred.Kind, sign: int = 1, record: Any = None) -> None:
+        """Count ``kind`` in ``evidence`` (a tensor made in this update) into ``record``'s report
+        (:data:`RECORD` by default), later."""
+        (record or RECORD).note(self.metric, evidence, kind, sign)
 
-    def note(self, evidence: Any, kind: deferred.Kind, sign: int = 1) -> None:
-        """Count ``kind`` in ``evidence`` (a tensor made in this update) into the report, later."""
-        RECORD.note(self.metric, evidence, kind, sign)
-
-    def left_out(self) -> None:
-        """Take the formatter's kept positions and the skipped ones off the report (their codes
-        were made out of range, so the evidence counted them)."""
-        keep, skip, self.keep, self.skip = self.keep, self.skip, None, None
+    def classes(self, target: Any, n: int, keep: Any) -> Any:
+        """``target`` (int64) clamped to ``[-1, n]``, its classes out of range (which make the
+        release's ``one_hot`` raise) reported in ``one_hot``'s words, the removed ones (``keep``
+        False, their target -1) unreported."""
+        clamped = target.clamp(-1, n)
+        self.note(clamped, deferred.outside(0, n + 1), record=CLASSES_NEGATIVE)
         if keep is not None:
-            RECORD.note(self.metric, keep, deferred.FALSE, -1)
-        if skip is not None:
-            RECORD.note(self.metric, skip, deferred.SUM, -1)
+            self.note(keep, deferred.FALSE, -1, record=CLASSES_NEGATIVE)
+        self.note(clamped, deferred.outside(-1, n), record=CLASSES_LARGE)
+        return clamped
+
+    def taken(self) -> Tuple[Any, Any]:
+        """The formatter's kept positions and the skipped ones, each None where there are none
+        (both taken: they concern the next codes alone)."""
+        keep, skip, self.keep, self.skip = self.keep, self.skip, None, None
+        return keep, skip
+
+
+#: the release's ``_bincount`` counts with a mesh (or a loop) on every device, torch_xla installed
+#: (``_XLA_AVAILABLE``): codes outside the bins are dropped there without an error
+_MESH = [False]
+
+
+def raises(x: Any) -> bool:
+    """Whether the release's ``_bincount`` of ``x`` is ``torch.bincount`` (which raises on a negative
+    code, and whose longer count makes the release's ``reshape`` raise), not its mesh (deterministic
+    mode, torch_xla installed, MPS), which drops codes outside the bins without an error."""
+    if _DETERMINISTIC[0] is None:
+        import torch
+
+        _DETERMINISTIC[0] = torch.are_deterministic_algorithms_enabled
+    return not (_DETERMINISTIC[0]() or _MESH[0] or x.is_mps)
+
+
+#: ``torch.are_deterministic_algorithms_enabled``, bound when first needed (no torch import here)
+_DETERMINISTIC: List[Any] = [None]
 
 
 #: int32 and int64 -> the most classes ``clamp`` can bound there (filled when the patch is built: a
@@ -159,9 +225,11 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
     import torch
 
     fill_wide()
+    _MESH[0] = bool(getattr(module, "_XLA_AVAILABLE", False))
     where, int64, int32, bincount, put = torch.where, torch.int64, torch.int32, torch.bincount, torch.put
     new_zeros = torch.zeros
     deterministic = getattr(torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled)
+    _DETERMINISTIC[0] = torch.are_deterministic_algorithms_enabled
     integral = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 
     @gated(current)
@@ -199,8 +267,9 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
             return out if kind is int64 else out.long()
         inside = (x >= 0) & (x < minlength)
         out.scatter_add_(0, where(inside, x, 0).long(), inside.to(kind))
-        if x.numel():
-            update.bad(~inside)
+        if x.numel() and raises(x):  # what the release's torch.bincount (and reshape) would raise on
+            update.note(x < 0, deferred.SUM)
+            update.note(x >= minlength, deferred.SUM, record=BINS)
         return out if kind is int64 else out.long()
 
     return _bincount

@@ -20,9 +20,10 @@ from types import ModuleType
 from typing import Any, Dict, Tuple
 
 from tmpatch.patches._constants import operand
-from tmpatch.patches.bincount.counting import outside, recorded
+from tmpatch.patches.bincount.counting import recorded
 
 where: Any = None  # torch.where, bound when the edits' names are made
+int64: Any = None  # torch.int64, the same
 from tmpatch.spec import Edit, Rewrite
 
 _REMOVAL = "preds = preds[idx]\ntarget = target[idx]\n"
@@ -44,15 +45,15 @@ def unremoved(preds: Any, target: Any, keep: Any) -> Tuple[Any, Any]:
 
 
 def classes(target: Any, num_classes: int) -> Any:
-    """``target`` for ``one_hot``; in a recorded update, out-of-range classes are reported
-    (ignored ones, whose target is -1, left out unreported) and replaced by class 0, their
-    rows marked to be left out."""
+    """``target`` for ``one_hot``; in a recorded update, classes out of range (which make the
+    release's ``one_hot`` raise) are reported in its words (ignored ones, whose target is -1, left
+    out unreported) and replaced by class 0, their rows marked to be left out."""
     update = recorded()
-    if update is None:
-        return target
-    invalid = outside(target, num_classes)
+    if update is None or type(num_classes) is not int or target.dtype is not int64:
+        return target  # the release's one_hot (and its error)
     keep, update.keep = update.keep, None
-    update.bad(invalid if keep is None else invalid & keep)
+    clamped = update.classes(target, num_classes, keep)
+    invalid = clamped.clamp(0, num_classes - 1) != clamped
     update.drop = invalid
     return target.masked_fill(invalid, 0)
 
@@ -63,10 +64,10 @@ def recording() -> bool:
 
 
 def _names(module: ModuleType) -> Dict[str, Any]:
-    global where
+    global where, int64
     import torch
 
-    where = torch.where
+    where, int64 = torch.where, torch.int64
     return {"_tmpatch_unremoved": unremoved, "_tmpatch_classes": classes, "_tmpatch_recording": recording}
 
 

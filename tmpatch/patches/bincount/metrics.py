@@ -36,8 +36,6 @@ import sys
 from types import ModuleType
 from typing import Any, Callable
 
-from packaging.version import Version
-
 from tmpatch.patches.bincount.counting import RECORD, Update, active, current
 from tmpatch.runtime import host
 from tmpatch.runtime.compiled import compiling
@@ -49,27 +47,19 @@ Tensor: Any = None
 _AMINMAX: Any = None
 _INTEGRAL: Any = frozenset()
 _DETERMINISTIC: Any = None
-#: False where the release's _bincount counts with a loop or a mesh on the CPU too
-#: (torch_xla installed: ``_XLA_AVAILABLE``), which drops codes out of range without an error,
-#: or with ``index_add_`` (0.10.0-0.10.1), which raises IndexError, not RuntimeError
-_FIRST = False
+#: True where the release's _bincount counts with a loop or a mesh on the CPU too (torch_xla
+#: installed: ``_XLA_AVAILABLE``)
+_MESH = False
 
 
-def _raises_first(data: Any) -> bool:
-    """Whether the release's ``_bincount`` (module ``data``) counts with ``torch.bincount`` on
-    the CPU outside deterministic mode, raising a RuntimeError on a negative code: from 0.11.2
-    unless torch_xla is installed (``_XLA_AVAILABLE``); 0.10.2-0.11.1 have no XLA branch."""
-    if data is None:
-        return False
-    if hasattr(data, "_XLA_AVAILABLE"):
-        return not data._XLA_AVAILABLE
-
-    release = getattr(sys.modules.get("torchmetrics"), "__version__", None)
-    return isinstance(release, str) and Version("0.10.2") <= Version(release) < Version("0.11.2")
+def _mesh(data: Any) -> bool:
+    """Whether the release's ``_bincount`` (module ``data``) counts with a mesh or a loop on the CPU
+    too (torch_xla installed: ``_XLA_AVAILABLE``), as it does everywhere in deterministic mode."""
+    return bool(getattr(data, "_XLA_AVAILABLE", False))
 
 
 #: the ways of a CPU update (:func:`cpu_way`); 0 (falsy): recorded
-RECORDED, RELEASE, RELEASE_FIRST, CHECKED = 0, 1, 2, 3
+RECORDED, RELEASE = 0, 1
 
 #: the release's vectorised binned curves: binary up to 50,000 scores, multiclass up to
 #: 1,000,000 scores x classes (every release 1.0.0-1.9.0; above, a loop counts without bincount)
@@ -89,55 +79,49 @@ def _classes_valid(values: Any, low: int, high: int, ignore: Any) -> bool:
     return least.item() >= low and most.item() < high
 
 
+def _valid(metric: Any, preds: Any, target: Any, curve: bool) -> bool:
+    """Whether every class of ``update(preds, target)`` is valid (read on the CPU: free), so that
+    the recorded update's plain count is the release's mesh's. Plain attribute reads."""
+    get = metric.__dict__.get
+    if curve and "thresholds" in metric.__dict__ and get("thresholds") is None:
+        return False  # unbinned (binned thresholds are a buffer, not in __dict__): never recorded
+    ignore = get("ignore_index")
+    if ignore is not None and type(ignore) is not int:
+        return False
+    classes = get("num_classes")
+    if "num_classes" in metric.__dict__ and type(classes) is not int:
+        return False  # num_classes=None (1.9.0, micro), or not an int: the release's update
+    if classes is not None:  # multiclass
+        if classes < 1:
+            return False
+        top_k = get("top_k")  # stat scores only
+        if top_k is not None and (top_k != 1 or get("multidim_average") != "global"):
+            return False  # the one-hot branches: neither removal nor _bincount
+        if preds.is_floating_point():
+            dims = preds.ndim
+            if dims != target.ndim + 1 or dims < 2 or preds.size(1) != classes:
+                return False
+        elif curve or preds.shape != target.shape or not _classes_valid(preds, 0, classes, None):
+            return False
+        return _classes_valid(target, 0, classes, ignore)
+    if preds.shape != target.shape or (not preds.is_floating_point() and not _classes_valid(preds, 0, 2, None)):
+        return False  # binary and multilabel
+    return _classes_valid(target, 0, 2, ignore)
+
+
 def cpu_way(metric: Any, preds: Any, target: Any, curve: bool) -> int:
-    """How ``update(preds, target)`` of ``metric`` may run on the CPU (module docstring);
-    ``curve``: a precision-recall curve's update. On every CPU update: plain attribute reads.
-    Always ``RECORDED`` while torch.compile traces."""
+    """How ``update(preds, target)`` of ``metric`` runs on the CPU (module docstring): the release's
+    update, but in deterministic mode (or where the release counts with a mesh everywhere) for an
+    update whose classes are all valid. ``curve``: a precision-recall curve's update. Always
+    ``RECORDED`` while torch.compile traces, and off the CPU."""
     if compiling():
         return RECORDED
     if (type(preds) is not Tensor or type(target) is not Tensor or not host.on_host(preds)
-            or not host.on_host(target) or preds.requires_grad):
+            or not host.on_host(target)):
         return RECORDED
-    # read from the instance (torchmetrics sets them there): a missing attribute on an nn.Module
-    # costs an exception; one not found here only makes the way stricter, never looser
-    get = metric.__dict__.get
-    if curve and "thresholds" in metric.__dict__ and get("thresholds") is None:
-        return RELEASE  # unbinned (binned thresholds are a buffer, not in __dict__): never recorded
-    ignore = get("ignore_index")
-    if ignore is not None and type(ignore) is not int:
-        return RECORDED
-    classes = get("num_classes")
-    if classes is None and "num_classes" in metric.__dict__:
-        return RELEASE  # multiclass with num_classes=None (1.9.0, micro): no class is invalid, nothing to check
-    scores = preds.is_floating_point()
-    # deterministic mode: the release's _bincount counts with an N x minlength mesh, on the CPU
-    # too; a recorded update counts with torch.bincount, deterministic on the CPU (same counts)
-    deterministic = _DETERMINISTIC()
-    first = _FIRST and target.dtype in _INTEGRAL and get("validate_args") is False and not deterministic
-    if classes is not None:  # multiclass
-        if type(classes) is not int or classes < 1:
-            return RECORDED
-        top_k = get("top_k")  # stat scores only
-        if top_k is not None and (top_k != 1 or get("multidim_average") != "global"):
-            return RELEASE  # the one-hot branches: neither removal nor _bincount
-        if scores:
-            dims = preds.ndim
-            if dims != target.ndim + 1 or dims < 2 or preds.size(1) != classes:
-                return RECORDED
-            if first and get("average") != "micro" and (
-                    not curve or preds.numel() * classes <= MULTICLASS_CURVE_CUT):
-                return RELEASE_FIRST
-        elif curve or preds.shape != target.shape or not _classes_valid(preds, 0, classes, None):
-            return RECORDED
-        return CHECKED if not deterministic and _classes_valid(target, 0, classes, ignore) else RECORDED
-    if preds.shape != target.shape:  # binary and multilabel
-        return RECORDED
-    if first and "num_labels" not in metric.__dict__ and (
-            (curve and preds.numel() <= BINARY_CURVE_CUT) or (scores and not curve)):
-        return RELEASE_FIRST
-    if deterministic or (not scores and not _classes_valid(preds, 0, 2, None)):
-        return RECORDED
-    return CHECKED if _classes_valid(target, 0, 2, ignore) else RECORDED
+    if not (_MESH or _DETERMINISTIC()):
+        return RELEASE  # torch.bincount: the release's own counts, errors and tracebacks
+    return RECORDED if not preds.requires_grad and _valid(metric, preds, target, curve) else RELEASE
 
 
 def _unsized(metric: Any) -> bool:
@@ -169,13 +153,13 @@ def _scores(metric: Any, preds: Any, target: Any) -> bool:
 
 def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
     def build(module: ModuleType) -> Callable[..., Any]:
-        global Tensor, _AMINMAX, _INTEGRAL, _DETERMINISTIC, _FIRST
+        global Tensor, _AMINMAX, _INTEGRAL, _DETERMINISTIC, _MESH
         import torch
 
         Tensor, _AMINMAX = torch.Tensor, torch.aminmax
         _INTEGRAL = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
         _DETERMINISTIC = getattr(torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled)
-        _FIRST = _raises_first(sys.modules.get("torchmetrics.utilities.data"))
+        _MESH = _mesh(sys.modules.get("torchmetrics.utilities.data"))
         recorded = RECORD.deferred
 
         # installed itself (spec.inline: no wrapper's frame on every counting update), with the
@@ -185,15 +169,7 @@ def _builder(curve: bool) -> Callable[[ModuleType], Callable[..., Any]]:
             original = _tmpatch_route.original
             if not _tmpatch_route.on:
                 return original(self, preds, target)
-            way = cpu_way(self, preds, target, curve)
-            if way == RELEASE_FIRST:
-                try:
-                    return original(self, preds, target)
-                except RuntimeError:
-                    if not active() or not recorded(self):
-                        raise
-                # an invalid class (recorded below), or another error (raised again there)
-            elif way:
+            if cpu_way(self, preds, target, curve):
                 return original(self, preds, target)
             if not active() or not recorded(self) or (curve and getattr(self, "thresholds", None) is None) \
                     or _unsized(self):

@@ -36,16 +36,7 @@ import math
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tmpatch.patches.bincount.counting import (
-    Update,
-    _wide_int,
-    current,
-    fill_wide,
-    not_binary,
-    outside,
-    recorded,
-    table,
-)
+from tmpatch.patches.bincount.counting import BINS, Update, current, fill_wide, raises, recorded, table
 from tmpatch.runtime import deferred
 from tmpatch.spec import Edit, Rewrite, gated
 
@@ -65,40 +56,6 @@ def _torch() -> Any:
 
 
 # -- tables (made once per device) --------------------------------------------------------
-def _pairs(n: int, device: Any) -> Any:
-    """``(n + 2) x (n + 2)``: ``[t, p] -> t * n + p`` for classes ``t, p`` in ``[0, n)``, ``n * n``
-    for ``n`` or ``-1`` (the last row and column) in either."""
-    torch = _torch()
-
-    def make() -> Any:
-        classes = torch.arange(n + 2, dtype=torch.int64, device=device)
-        codes = classes.unsqueeze(1) * n + classes
-        bad = classes >= n
-        return codes.masked_fill(bad.unsqueeze(1) | bad, n * n)
-
-    return table("pairs", (n,), device, make)
-
-
-def _binary_pairs(device: Any) -> Any:
-    """``4 x 4``: ``[t, p] -> 2 * t + p`` for ``t, p`` in ``{0, 1}``, 4 for ``2`` or ``-1``."""
-    return _pairs(2, device)
-
-
-def _threshold_offsets(len_t: int, device: Any) -> Any:
-    """``4 x len_t`` (binary curve): ``[t, k] -> 2 * t + 4 * k`` for ``t`` in ``{0, 1}``;
-    ``4 * len_t`` for ``t`` of 2 or -1 (the last two rows)."""
-    torch = _torch()
-
-    def make() -> Any:
-        steps = 4 * torch.arange(len_t, dtype=torch.int64, device=device)
-        out = torch.full((4, len_t), 4 * len_t, dtype=torch.int64, device=device)
-        out[0] = steps
-        out[1] = steps + 2
-        return out
-
-    return table("threshold_offsets", (len_t,), device, make)
-
-
 def _class_offsets(n: int, len_t: int, device: Any) -> Any:
     """``(n + 2) x n x len_t`` (multiclass curve): ``[t, c, k] -> 2 * [t == c] + 4 * c + 4 * n * k``
     for a class ``t``; ``4 * n * len_t`` for ``t`` of ``n`` or ``-1`` (the last two rows)."""
@@ -114,49 +71,19 @@ def _class_offsets(n: int, len_t: int, device: Any) -> Any:
     return table("class_offsets", (n, len_t), device, make)
 
 
-def _label_offsets(num_labels: int, len_t: int, device: Any) -> Any:
-    """``4 x L x len_t`` (multilabel curve; ``len_t`` 1 for the confusion matrix):
-    ``[t, l, k] -> 2 * t + 4 * l + 4 * L * k`` for ``t`` in ``{0, 1}``; ``4 * L * len_t`` for
-    ``t`` of 2 or -1 (the last two rows)."""
+def _steps(labels: int, len_t: int, device: Any) -> Any:
+    """``labels x len_t``: ``[l, k] -> 4 * l + 4 * labels * k``, the release's offsets of a label
+    and a threshold (int64)."""
     torch = _torch()
 
     def make() -> Any:
-        rows = torch.arange(4, device=device).view(-1, 1, 1)
-        label = torch.arange(num_labels, device=device).view(1, -1, 1)
-        step = torch.arange(len_t, device=device).view(1, 1, -1)
-        out = 2 * rows + 4 * label + 4 * num_labels * step
-        return out.masked_fill(rows >= 2, 4 * num_labels * len_t)
+        label = torch.arange(labels, device=device).view(-1, 1)
+        return 4 * label + 4 * labels * torch.arange(len_t, device=device)
 
-    return table("label_offsets", (num_labels, len_t), device, make)
-
-
-def _label_pairs(num_labels: int, device: Any) -> Any:
-    """``4 x 4 x L`` (multilabel confusion matrix, label predictions):
-    ``[t, p, l] -> 2 * t + p + 4 * l``; ``4 * L`` for a ``t`` or ``p`` of 2 or -1."""
-    torch = _torch()
-
-    def make() -> Any:
-        values = torch.arange(4, device=device)
-        label = torch.arange(num_labels, device=device).view(1, 1, -1)
-        out = 2 * values.view(-1, 1, 1) + values.view(1, -1, 1) + 4 * label
-        bad = (values >= 2).view(-1, 1, 1) | (values >= 2).view(1, -1, 1)
-        return out.masked_fill(bad, 4 * num_labels)
-
-    return table("label_pairs", (num_labels,), device, make)
-
-
-def _labels_arange(num_labels: int, device: Any) -> Any:
-    torch = _torch()
-    return table("arange", (num_labels,), device, lambda: torch.arange(num_labels, device=device))
+    return table("steps", (labels, len_t), device, make)
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _labels(update: Update, preds: Any) -> bool:
-    """Whether ``preds`` are the formatter's labels of scores (argmax of one score per class, or
-    a threshold): valid classes, so no check."""
-    return update.labels and not preds.is_floating_point()
-
-
 def _ignore_index(update: Update) -> Any:
     """The metric's ``ignore_index`` (None when it has none). An attribute read: torch.compile
     guards that attribute alone (a read of ``__dict__`` would guard every entry, the update
@@ -164,29 +91,57 @@ def _ignore_index(update: Update) -> Any:
     return getattr(update.metric, "ignore_index", None)
 
 
-def _masked(update: Update, invalid: Any) -> Any:
-    """Every position to leave out (``invalid``, the formatter's ignored and the skipped
-    ones); reports the invalid ones that are not left out otherwise."""
-    keep, skip, update.keep, update.skip = update.keep, update.skip, None, None
-    out = invalid
-    if keep is not None:
-        out = out | ~keep
-        invalid = invalid & keep
-    if skip is not None:
-        out = out | skip
-        invalid = invalid & ~skip
-    update.bad(invalid)
-    return out
+def _out(update: Update, target: Any, ignore_index: Any = None) -> Tuple[Any, Any]:
+    """The positions the release removed before its codes: ``(keep, out)``, the formatter's kept
+    positions (or None) and the others (the skipped ones, the stat scores' own ``ignore_index``;
+    or None)."""
+    keep, skip = update.taken()
+    out = skip
+    if ignore_index is not None:
+        ignored = target == ignore_index
+        out = ignored if out is None else out | ignored
+    if keep is not None and out is not None:
+        return None, out | ~keep
+    return keep, out
+
+
+def _counted(update: Update, codes: Any, bins: int, negative: bool, keep: Any = None, out: Any = None) -> Any:
+    """The release's ``codes`` (int64), made for every position, for the count: the positions the
+    release removed (``keep`` False, ``out`` True: rows of ``codes``) past the bins, unreported;
+    every other code counts where the release's ``_bincount`` counts it (a code in ``[0, bins)``
+    in its bin, the others nowhere) and, where the release's ``torch.bincount`` would raise
+    (:func:`counting.raises`), a negative one (``negative``: the release does not remove them
+    first) or one past the bins (its ``reshape`` raises) is reported in the release's words.
+    Codes in ``[-1, bins + 1]``: -1 negative, ``bins`` past the bins, ``bins + 1`` removed."""
+    clamped = codes.clamp(-1, bins)
+    mask = keep if keep is not None else out
+    if mask is not None:  # rows of codes: one mask entry per row
+        mask = mask.view(mask.shape + (1,) * (clamped.dim() - mask.dim())).expand_as(clamped)
+        if keep is not None:
+            clamped = _torch().where(mask, clamped, bins + 1)
+        else:
+            clamped = clamped.masked_fill(mask, bins + 1)
+    update.space = bins + 2  # -1 wraps onto bins + 1
+    if raises(codes):
+        if negative:
+            update.note(clamped, deferred.outside(0, bins + 2))
+        update.note(clamped, deferred.outside(-1, bins), record=BINS)
+        if mask is not None:  # the removed positions' bins + 1, counted above, taken off
+            update.note(mask, _FALSE if keep is not None else _SUM, -1, record=BINS)
+    return clamped
+
+
+def _long(x: Any) -> Any:
+    return x if x.dtype is _torch().int64 else x.to(_torch().long)
 
 
 def class_codes(preds: Any, target: Any, num_classes: Any, ignore_index: Any = None) -> Any:
-    """``target * num_classes + preds`` (``_multiclass_confusion_matrix_update``,
-    ``_multiclass_stat_scores_update``) in a recorded update: codes in
-    ``[-(n * n + n), n * n + n)``, those of positions to leave out outside ``[0, n * n)``
-    (``ignore_index``: the stat scores' own, whose removal the edit replaces). Outside a
-    recorded update, for int64 classes (and no removal to make first), the release's codes
-    in one op (``add`` with ``alpha``: the same int64 arithmetic); else None (the release's
-    statement runs)."""
+    """``target.to(torch.long) * num_classes + preds.to(torch.long)`` (``_multiclass_confusion_matrix_update``,
+    ``_multiclass_stat_scores_update``), the release's codes in one op (``add`` with ``alpha``: the
+    same int64 arithmetic); in a recorded update counted as the release's ``_bincount`` counts them
+    (:func:`_counted`; ``ignore_index``: the stat scores' own, whose removal the edit replaces).
+    Outside a recorded update, for int64 classes and no removal to make first, the same op; else
+    None (the release's statement runs)."""
     update = recorded()
     if type(num_classes) is not int or not 1 <= num_classes < (1 << 31) or preds.shape != target.shape:
         return None  # another shape: the release's statement (and its error)
@@ -195,38 +150,27 @@ def class_codes(preds: Any, target: Any, num_classes: Any, ignore_index: Any = N
         if ignore_index is None and preds.dtype is torch.int64 and target.dtype is torch.int64:
             return torch.add(preds, target, alpha=num_classes)
         return None
-    n = num_classes
-    labels = _labels(update, preds)
-    if _wide_int(target.dtype) and (ignore_index is None or type(ignore_index) is int) and (
-            labels or (_wide_int(preds.dtype) and n <= PAIR_CLASSES)):
-        clamped = target.clamp(-1, n)  # one past each end: every invalid class is -1 or n
-        if update.skip is not None:
-            clamped.masked_fill_(update.skip, -1)
-        ignored = None
-        if ignore_index is not None:
-            ignored = target == ignore_index
-            clamped.masked_fill_(ignored, -1)
-        if labels:
-            codes, evidence, bound = torch.add(preds, clamped, alpha=n), clamped, n
-            update.space = n * n + n  # -1 row: [-n, 0), wraps onto the n row: [n * n, n * n + n)
-        else:
-            codes = _pairs(n, target.device)[clamped, preds.clamp(-1, n)]
-            evidence, bound = codes, n * n
-            update.space = n * n + 1
-        update.note(evidence, deferred.outside(0, bound))
-        if ignored is not None:
-            update.note(ignored, _SUM, -1)
-        update.left_out()
-        return codes
-    invalid = outside(target, n) if labels else outside(target, n) | outside(preds, n)
-    if ignore_index is not None:
-        ignored = target == ignore_index
-        out = _masked(update, invalid & ~ignored) | ignored
-    else:
-        out = _masked(update, invalid)
-    update.space = n * n + n
-    codes = torch.where(out, -1, target.long()) * n
-    return codes + (preds.long() if labels else torch.where(out, 0, preds.long()))
+    if preds.dtype.is_complex or target.dtype.is_complex:
+        return None
+    keep, out = _out(update, target, ignore_index)
+    codes = torch.add(_long(preds), _long(target), alpha=num_classes)
+    return _counted(update, codes, num_classes * num_classes, True, keep, out)
+
+
+def class_codes_0(preds: Any, target: Any, num_classes: Any, ignore_index: Any = None) -> Any:
+    """:func:`class_codes` of 0.10.0-0.11.2, whose codes are ``(target * num_classes + preds).to(torch.long)``
+    (cast after the arithmetic): the same codes for int64 classes; for others, the release's
+    arithmetic."""
+    update = recorded()
+    torch = _torch()
+    if (update is None or (preds.dtype is torch.int64 and target.dtype is torch.int64)
+            or type(num_classes) is not int or preds.shape != target.shape):
+        return class_codes(preds, target, num_classes, ignore_index)
+    if preds.dtype.is_complex or target.dtype.is_complex:
+        return None
+    keep, out = _out(update, target, ignore_index)
+    codes = (target * num_classes + preds).to(torch.long)
+    return _counted(update, codes, num_classes * num_classes, True, keep, out)
 
 
 def confmat_stats(confmat: Any) -> Optional[Tuple[Any, Any, Any, Any]]:
@@ -243,149 +187,74 @@ def confmat_stats(confmat: Any) -> Optional[Tuple[Any, Any, Any, Any]]:
 
 def micro_stats(preds: Any, target: Any, num_classes: Any, ignore_index: Any) -> Optional[Tuple[Any, Any, Any, Any]]:
     """The micro-average branch of ``_multiclass_stat_scores_update`` in a recorded update:
-    ``tp, fp, tn, fn`` over the valid positions (the release's on them; invalid classes left
-    out and reported). For label predictions of scores: the hits and the valid positions
-    counted, ``fp = fn = valid - tp``, ``tn = tp + (n - 2) * valid``; so for a metric built with
-    ``num_classes=None``, where every class is valid. None outside a recorded update."""
+    the release's comparisons without its removal of ignored (and skipped) positions: the hits and
+    the kept positions counted, ``fp = fn = kept - tp``, ``tn = tp + (n - 2) * kept`` (equal in
+    integers to the release's ``n * kept - (fp + fn + tp)``). The release raises nothing there
+    (no count): every class compares as it is. None outside a recorded update."""
     update = recorded()
-    if update is None or type(num_classes) is not int or num_classes < 1 or preds.shape != target.shape:
+    if update is None or type(num_classes) is not int or preds.shape != target.shape:
         return None  # another shape: the release's statements (and their error)
     torch = _torch()
-    n = num_classes
     preds, target = preds.flatten(), target.flatten()
-    if getattr(update.metric, "num_classes", 0) is None:
-        # ``num_classes=None`` (1.9.0, micro only; the class update passes 1): no class is invalid, the
-        # release compares the classes as they are; the ignored positions are left out without removal
-        hits = preds == target
-        if ignore_index is None:
-            count: Any = target.numel()
-            tp = hits.sum()
-        else:
-            kept = target != ignore_index
-            count, tp = kept.sum(), (hits & kept).sum()
-        return tp, count - tp, torch.add(tp, count, alpha=n - 2), count - tp
-    if _labels(update, preds) and _wide_int(target.dtype) and (ignore_index is None or type(ignore_index) is int):
-        valid = target.clamp(0, n - 1) == target
-        if ignore_index is None:
-            update.note(valid, _FALSE)
-            hits = preds == target
-        else:
-            kept = target != ignore_index
-            valid &= kept
-            update.note(kept, _SUM)
-            update.note(valid, _SUM, -1)
-            hits = (preds == target) & kept
-        count, tp = valid.sum(), hits.sum()
-        return tp, count - tp, torch.add(tp, count, alpha=n - 2), count - tp
-    invalid = outside(target, n) if _labels(update, preds) else outside(target, n) | outside(preds, n)
-    if ignore_index is not None:
-        ignored = target == ignore_index
-        out = _masked(update, invalid & ~ignored) | ignored
+    keep, out = _out(update, target, ignore_index)
+    hits = preds == target
+    if keep is None and out is None:
+        count: Any = target.numel()
+        tp = hits.sum()
     else:
-        out = _masked(update, invalid)
-    target, preds = torch.where(out, -1, target.long()), torch.where(out, -2, preds.long())
-    tp = (preds == target).sum()
-    fp = (preds != target).sum()
-    fn = (preds != target).sum()
-    left = out.sum()
-    fp, fn = fp - left, fn - left  # each left-out position added one false positive and one false negative
-    return tp, fp, n * (target.numel() - left) - (fp + fn + tp), fn
+        kept = keep if keep is not None else ~out
+        count, tp = kept.sum(), (hits & kept).sum()
+    return tp, count - tp, torch.add(tp, count, alpha=num_classes - 2), count - tp
 
 
 def binary_codes(preds: Any, target: Any) -> Any:
-    """``target * 2 + preds`` (``_binary_confusion_matrix_update``) in a recorded update:
-    codes in ``[-6, 6)``, those of positions to leave out outside ``[0, 4)``. Outside one, for
+    """``(target * 2 + preds).to(torch.long)`` (``_binary_confusion_matrix_update``); in a recorded
+    update counted as the release's ``_bincount`` counts them (:func:`_counted`). Outside one, for
     an int64 target and bool or int64 predictions, the release's codes in one op."""
     update = recorded()
     if preds.shape != target.shape:
         return None  # another shape: the release's statement (and its error)
     torch = _torch()
+    lean = target.dtype is torch.int64 and (preds.dtype is torch.bool or preds.dtype is torch.int64)
     if update is None:
-        if target.dtype is torch.int64 and (preds.dtype is torch.bool or preds.dtype is torch.int64):
-            return torch.add(preds, target, alpha=2)
+        return torch.add(preds, target, alpha=2) if lean else None
+    if preds.dtype.is_complex or target.dtype.is_complex:
         return None
-    labels = preds.dtype is torch.bool or _labels(update, preds)
-    if _wide_int(target.dtype) and (labels or _wide_int(preds.dtype)):
-        clamped = target.clamp(-1, 2)
-        if labels:
-            codes = torch.add(preds, clamped, alpha=2)
-            codes = codes if codes.dtype is torch.int64 else codes.long()
-            update.note(clamped, deferred.outside(0, 2))
-            update.space = 6
-        else:
-            codes = _binary_pairs(target.device)[clamped, preds.clamp(-1, 2)]
-            update.note(codes, deferred.outside(0, 4))
-            update.space = 5
-        update.left_out()
-        return codes
-    invalid = not_binary(target) if labels else not_binary(target) | not_binary(preds)
-    out = _masked(update, invalid)
-    update.space = 6
-    return torch.where(out, -1, target.long()) * 2 + (preds.long() if labels else torch.where(out, 0, preds.long()))
-
-
-def _multilabel_ignored(update: Update, preds: Any, target: Any, fill: int) -> Optional[Any]:
-    """The entries the formatter marked ignored (``ignore_index``: target and, where it can
-    hold the value, the prediction set to ``fill``); None without ``ignore_index``."""
-    if _ignore_index(update) is None:
-        return None
-    ignored = target == fill
-    if preds.is_floating_point() or preds.dtype == target.dtype:
-        ignored &= preds == fill  # a target of that value not marked by the formatter is invalid
-    return ignored
+    keep, out = _out(update, target)
+    codes = torch.add(preds, target, alpha=2) if lean else (target * 2 + preds).to(torch.long)
+    return _counted(update, codes, 4, True, keep, out)
 
 
 def multilabel_confusion_codes(preds: Any, target: Any, num_labels: Any) -> Any:
-    """``(2 * target + preds + 4 * label).flatten()`` without the negative (ignored) codes
-    (``_multilabel_confusion_matrix_update``) in a recorded update: every code, those to
-    leave out (ignored, invalid) outside ``[0, 4 * L)``."""
+    """``((2 * target + preds) + 4 * label).flatten()`` without the negative codes
+    (``_multilabel_confusion_matrix_update``; the formatter made the ignored ones negative) in a
+    recorded update: the negative codes past the bins (the release removes them: nothing to
+    report), the others counted as the release's ``_bincount`` counts them."""
     update = recorded()
     if (update is None or type(num_labels) is not int or target.dim() != 2 or preds.shape != target.shape
-            or target.shape[1] != num_labels):
+            or target.shape[1] != num_labels or preds.dtype.is_complex or target.dtype.is_complex):
         return None  # another shape: the release's statements (and their error)
     torch = _torch()
-    L, device = num_labels, target.device
-    ignored = _multilabel_ignored(update, preds, target, -4 * L)
-    if ignored is not None:
-        update.note(ignored, _SUM, -1)
-    if _wide_int(target.dtype) and (preds.dtype is torch.bool or _wide_int(preds.dtype)):
-        clamped = target.clamp(-1, 2)
-        if preds.dtype is torch.bool:
-            update.note(clamped, deferred.outside(0, 2))
-            update.space = 4 * L + 2
-            return (_label_offsets(L, 1, device)[clamped, _labels_arange(L, device)].squeeze(-1) + preds).flatten()
-        codes = _label_pairs(L, device)[clamped, preds.clamp(-1, 2), _labels_arange(L, device)]
-        update.note(codes, deferred.outside(0, 4 * L))
-        update.space = 4 * L + 1
-        return codes.flatten()
-    invalid = not_binary(target) if preds.dtype is torch.bool else not_binary(target) | not_binary(preds)
-    if ignored is not None:
-        invalid = invalid | ignored  # noted above, taken off again
-    update.bad(invalid)
-    update.space = 4 * L + 2
-    codes = torch.where(invalid, -1, target.long()) * 2 + torch.where(invalid, 0, preds.long())
-    return (codes + 4 * _labels_arange(L, device)).flatten()
+    L = num_labels
+    codes = (2 * target + preds) + _steps(L, 1, target.device).view(-1)
+    if codes.dtype is not torch.int64:
+        return None  # float codes: the release's statements (and its bincount's error)
+    return _counted(update, codes, 4 * L, False).flatten()
 
 
 def binary_curve_codes(preds_t: Any, target: Any, len_t: int) -> Any:
     """``preds_t + 2 * target + 4 * threshold`` (``_binary_precision_recall_curve_update_vectorized``)
-    in a recorded update: the offsets of the clamped target's table row."""
+    in a recorded update: counted as the release's ``_bincount`` counts them (:func:`_counted`),
+    the formatter's removed positions past the bins."""
     update = recorded()
     if update is None or target.dim() != 1 or preds_t.shape != (target.shape[0], len_t):
         return None
+    if target.dtype.is_complex:
+        return None
     torch = _torch()
-    offsets = _threshold_offsets(len_t, target.device)
-    update.space = 4 * len_t + 2
-    if _wide_int(target.dtype):
-        clamped = target.clamp(-1, 2)
-        update.note(clamped, deferred.outside(0, 2))
-        update.left_out()
-        return preds_t + offsets[clamped]
-    if target.dtype is torch.bool:
-        update.left_out()
-        return preds_t + offsets[target.long()]
-    out = _masked(update, not_binary(target))
-    return preds_t + offsets[torch.where(out, -1, target.long())]
+    keep, out = _out(update, target)
+    codes = torch.add(preds_t + _steps(1, len_t, target.device).view(-1), target.long().unsqueeze(-1), alpha=2)
+    return _counted(update, codes, 4 * len_t, True, keep, out)
 
 
 def multiclass_curve_codes(preds_t: Any, target: Any, num_classes: Any, len_t: int) -> Any:
@@ -393,17 +262,18 @@ def multiclass_curve_codes(preds_t: Any, target: Any, num_classes: Any, len_t: i
     (``_multiclass_precision_recall_curve_update_vectorized``) in a recorded update: the
     clamped target's row of offsets (a table of every class's, up to :data:`TABLE_CAP`
     entries; above, the one-hot of the clamped class), with a row to leave out past the
-    count's bins. None outside a recorded update or for a target ``one_hot`` refuses (the
-    release's statements run)."""
+    count's bins. A class out of range, which makes the release's ``one_hot`` raise, is left out
+    and reported in its words (in deterministic mode too: ``one_hot`` comes before the count).
+    None outside a recorded update or for a target ``one_hot`` refuses (the release's statements
+    run)."""
     update = recorded()
     torch = _torch()
     if (update is None or type(num_classes) is not int or target.dtype is not torch.int64 or target.dim() != 1
             or preds_t.shape != (target.shape[0], num_classes, len_t)):
         return None
     n, device = num_classes, target.device
-    clamped = target.clamp(-1, n)
-    update.note(clamped, deferred.outside(0, n))
-    update.left_out()
+    keep, _ = update.taken()
+    clamped = update.classes(target, n, keep)
     update.space = 4 * n * len_t + 2
     if (n + 2) * n * len_t <= TABLE_CAP:
         return preds_t + _class_offsets(n, len_t, device)[clamped]
@@ -416,35 +286,20 @@ def multiclass_curve_codes(preds_t: Any, target: Any, num_classes: Any, len_t: i
 
 def multilabel_curve_codes(preds_t: Any, preds: Any, target: Any, num_labels: Any, len_t: int) -> Any:
     """``preds_t + 2 * target + 4 * label + 4 * L * threshold``, flattened, without the
-    negative (ignored) codes (``_multilabel_precision_recall_curve_update``) in a recorded
-    update: every code, those to leave out (ignored, invalid) past the count's bins."""
+    negative codes (``_multilabel_precision_recall_curve_update``; the formatter made the ignored
+    ones negative) in a recorded update: the negative codes past the bins (removed by the
+    release: nothing to report), the others counted as the release's ``_bincount`` counts them."""
     update = recorded()
     if (update is None or type(num_labels) is not int or target.dim() != 2
-            or preds_t.shape != (target.shape[0], num_labels, len_t)):
+            or preds_t.shape != (target.shape[0], num_labels, len_t) or target.dtype.is_complex):
         return None  # another shape: the release's statements (and their error)
     torch = _torch()
-    L, device = num_labels, target.device
-    ignored = _multilabel_ignored(update, preds, target, -4 * L * len_t)
-    if ignored is not None:
-        update.note(ignored, _SUM, -1)
-    update.space = 4 * L * len_t + 2
-    if _wide_int(target.dtype):
-        clamped = target.clamp(-1, 2)
-        update.note(clamped, deferred.outside(0, 2))
-    else:
-        invalid = not_binary(target)
-        if ignored is not None:
-            invalid = invalid | ignored  # noted above, taken off again
-        update.bad(invalid)
-        clamped = torch.where(invalid, -1, target.long())
-    return (preds_t + _label_offsets(L, len_t, device)[clamped, _labels_arange(L, device)]).flatten()
+    L = num_labels
+    codes = torch.add(preds_t + _steps(L, len_t, target.device), target.long().unsqueeze(-1), alpha=2)
+    return _counted(update, codes, 4 * L * len_t, False).flatten()
 
 
 # -- the loops of large curves: wrappers -------------------------------------------------
-def _left_out(update: Update, invalid: Any) -> Any:
-    """Report the invalid positions that are not ignored; return every position to leave out."""
-    return _masked(update, invalid)
-
 
 #: the release's vectorised binned curves: binary up to 50,000 scores, multiclass up to
 #: 1,000,000 scores x classes (every release 1.0.0-1.9.0; above, a loop counts without bincount)
@@ -465,7 +320,10 @@ def build_binary_curve_update(module: ModuleType) -> Callable[..., Any]:
         update = recorded()
         if update is None or thresholds is None or preds.numel() <= BINARY_CURVE_CUT:
             return original(preds, target, thresholds)
-        out = _left_out(update, not_binary(target))
+        keep, _ = update.taken()
+        if keep is None:
+            return original(preds, target, thresholds)  # nothing removed: the release's loop as it is
+        out = ~keep
         state = original(where(out, math.nan, preds), where(out, 0, target), thresholds)
         state[:, 0, 0] -= out.sum()
         return state
@@ -500,7 +358,11 @@ def _multiclass_curve(average: bool) -> Callable[[ModuleType], Callable[..., Any
                 return state
             if preds.numel() * num_classes <= MULTICLASS_CURVE_CUT:
                 return original(preds, target, num_classes, thresholds, *extra)  # its codes statements are edited
-            out = _left_out(update, outside(target, num_classes))
+            keep, _ = update.taken()
+            if target.dtype is not torch.int64:
+                return original(preds, target, num_classes, thresholds, *extra)  # its one_hot's error
+            clamped = update.classes(target, num_classes, keep)
+            out = clamped.clamp(0, num_classes - 1) != clamped  # the release's one_hot raises on them
             state = original(where(out.unsqueeze(1), math.nan, preds), where(out, 0, target), num_classes,
                              thresholds, *extra)
             n = out.sum()
@@ -540,6 +402,7 @@ def _names(module: ModuleType) -> Dict[str, Any]:
     return {
         "_tmpatch_recording": recording,
         "_tmpatch_class_codes": class_codes,
+        "_tmpatch_class_codes_0": class_codes_0,
         "_tmpatch_confmat_stats": confmat_stats,
         "_tmpatch_micro_stats": micro_stats,
         "_tmpatch_binary_codes": binary_codes,
@@ -602,7 +465,7 @@ STAT_SCORES_0 = Rewrite(
     (
         STAT_SCORES.edits[0],
         Edit(_FLAT + _IGNORE + _CLASS_CODES_0,
-             _FLAT + "unique_mapping = _tmpatch_class_codes(preds, target, num_classes, ignore_index)\n"
+             _FLAT + "unique_mapping = _tmpatch_class_codes_0(preds, target, num_classes, ignore_index)\n"
              "if unique_mapping is None:\n" + _block(_IGNORE + _CLASS_CODES_0)),
         STAT_SCORES.edits[2],
     ),
@@ -613,7 +476,8 @@ STAT_SCORES_0_10 = Rewrite(STAT_SCORES_0.edits[1:], _names)
 
 #: ``_multiclass_confusion_matrix_update`` of 0.10.0-0.11.2
 MULTICLASS_CONFUSION_0 = Rewrite(
-    (Edit(_CLASS_CODES_0, _kept(_CLASS_CODES_0, "unique_mapping = _tmpatch_class_codes(preds, target, num_classes)")),),
+    (Edit(_CLASS_CODES_0,
+           _kept(_CLASS_CODES_0, "unique_mapping = _tmpatch_class_codes_0(preds, target, num_classes)")),),
     _names,
 )
 
