@@ -21,15 +21,16 @@ Repair, on the ``bincount`` patch's counting (which it requires):
   are left out of the counts, as ``ignore_index`` positions are;
 * ``nan_strategy="replace"`` (the default): integer categories, which hold no NaN, are
   not copied by ``nan_to_num`` (an edit of that statement; the copies were only read);
-* on the CPU, integer predictions that are all categories take the release's update
-  first (a read costs no sync there): an invalid target makes it raise before it
-  changes the table, and the update is recorded then (not in deterministic mode, where
-  the release's ``_bincount`` compares every code with every bin).
+* on the CPU the release's update runs (a read costs no sync there): its counts and its
+  errors, from its own statements; in deterministic mode, where the release's
+  ``_bincount`` compares every code with every bin, an update of integer categories all
+  in ``[0, num_classes)`` is recorded (a plain count, the same table), any other the release's.
 
 Results are the release's on valid input (categories in ``[0, num_classes)``; floats
-with integer values). A value outside the categories is left out of the table and
-reported once at the next ``compute()`` (the ``bincount`` patch's report); upstream
-counts it in another cell or raises in ``update()``. Not covered (the release's code
+with integer values). On a device a value outside the categories counts where the
+release's ``_bincount`` counts it (the ``bincount`` patch's codes), and one that would make
+the release raise (a negative code, one past the table) is reported at the next
+``compute()`` in the release's words (the ``bincount`` patch's report). Not covered (the release's code
 runs): the functional API (``cramers_v`` ...), the ``*_matrix`` functions, metrics built
 before ``apply()``. FleissKappa makes no sync.
 
@@ -54,19 +55,24 @@ _CONFUSION = "torchmetrics.functional.classification.confusion_matrix"
 
 
 
-def _first_on_cpu(metric: Any, preds: Any, target: Any, integral: Any, aminmax: Any) -> bool:
-    """Whether the release's update may run first on the CPU: ``preds`` and ``target`` are
-    1-D integer CPU tensors of one shape, and every prediction a category in
-    ``[0, num_classes)``. Then an invalid target makes the release raise before it changes
-    the table (``torch.bincount`` of a negative code, or the ``reshape`` of a count longer
-    than ``num_classes ** 2``), and the update is recorded then."""
+def _host(preds: Any, target: Any) -> bool:
+    """Whether ``preds`` and ``target`` are CPU tensors (the release's update runs there)."""
+    return (type(preds) is Tensor and type(target) is Tensor and host.on_host(preds)
+            and host.on_host(target))
+
+
+def _categories(metric: Any, preds: Any, target: Any, integral: Any, aminmax: Any) -> bool:
+    """Whether ``preds`` and ``target`` are 1-D integer tensors of one shape whose values are all
+    categories in ``[0, num_classes)`` (read on the CPU: free)."""
     num_classes = metric.__dict__.get("num_classes")
-    if (type(preds) is not Tensor or type(target) is not Tensor or preds.dtype not in integral
-            or target.dtype not in integral or type(num_classes) is not int or not host.on_host(preds)
-            or not host.on_host(target) or preds.dim() != 1 or preds.shape != target.shape or not preds.numel()):
+    if (preds.dtype not in integral or target.dtype not in integral or type(num_classes) is not int
+            or preds.dim() != 1 or preds.shape != target.shape or not preds.numel()):
         return False
-    low, high = aminmax(preds)
-    return low.item() >= 0 and high.item() < num_classes
+    for values in (preds, target):
+        low, high = aminmax(values)
+        if low.item() < 0 or high.item() >= num_classes:
+            return False
+    return True
 
 
 #: torch.Tensor, bound when the update is built (no torch import at module level)
@@ -86,9 +92,8 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
     integral = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
     aminmax = getattr(torch, "aminmax", None)
     deterministic = getattr(torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled)
-    # where the release's _bincount counts with a loop or a mesh on the CPU too (torch_xla installed),
-    # an invalid code is dropped without an error: the release may not run first
-    first = not getattr(sys.modules.get("torchmetrics.utilities.data"), "_XLA_AVAILABLE", True)
+    # where the release's _bincount counts with a loop or a mesh on the CPU too (torch_xla installed)
+    mesh = bool(getattr(sys.modules.get("torchmetrics.utilities.data"), "_XLA_AVAILABLE", False))
 
     # installed itself (spec.inline: no wrapper's frame), with the release's parameters (every
     # nominal class update is ``update(self, preds, target)``)
@@ -96,16 +101,13 @@ def build_update(module: ModuleType) -> Callable[..., Any]:
         original = _tmpatch_route.original
         if not _tmpatch_route.on:
             return original(self, preds, target)
-        # not in deterministic mode: the release's _bincount counts with a mesh there, the recorded update plainly
-        if first and aminmax is not None and not compiling() and not deterministic() \
-                and _first_on_cpu(self, preds, target, integral, aminmax):
-            try:
+        if not compiling() and _host(preds, target):
+            # the CPU: the release's update (its counts, its errors), but in deterministic mode (the
+            # release's mesh) for categories all valid, which a recorded update counts plainly
+            if not (mesh or deterministic()) or aminmax is None \
+                    or not _categories(self, preds, target, integral, aminmax):
                 return original(self, preds, target)
-            except RuntimeError:  # an invalid category (recorded below), or another error (raised again there)
-                if (not recorded(self) or not active()
-                        or not wrappers.is_patched(confusion._multiclass_confusion_matrix_update)):
-                    raise
-        elif (not recorded(self) or not active()
+        if (not recorded(self) or not active()
                 or not wrappers.is_patched(confusion._multiclass_confusion_matrix_update)):
             return original(self, preds, target)
         token = current.set(Update(self))

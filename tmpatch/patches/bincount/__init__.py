@@ -20,28 +20,41 @@ and the statements that remove ignored positions or make the codes are edited:
   deferred-report book; binned curves only);
 * ``formatters.py``: the formatters' removal of ignored positions becomes two
   selections (their target -1);
-* ``updates.py``: the statements that make the codes clamp the target one past each
-  end of its classes and make the same codes for valid positions, codes outside the
-  count's bins for the others (one op, or a table per device); the loops of large
-  curves are handed inputs whose left-out positions count a fixed value, taken off;
+* ``updates.py``: the statements that make the codes make the release's codes (its
+  arithmetic in one op where it can), clamped to one past each end of the bins, and codes
+  past the bins for the positions the release removed (ignored ones); the loops of large
+  curves are handed inputs whose removed positions count a fixed value, taken off;
 * ``counting.py``: ``_bincount`` counts into ``minlength`` bins on the device (an
-  out-of-place ``put``; the codes left out wrap into spare bins).
+  out-of-place ``put``; the codes outside the bins wrap into spare bins), and the deferred
+  reports, in the release's words.
 
-Invalid values — a target or label prediction outside the valid classes — are left out
-of every count (the states are the release's on the valid positions alone) and
-reported once, at the next ``compute()`` (``deferred_reports``; the evidence is the
-clamped target or the codes, kept, not reduced, until then). Upstream raises in
-``update()`` for some of them (a negative value; a class >= ``num_classes`` in the
-last row) and silently counts the others into neighbouring cells (a binary target 2
-in a binned curve lands in the next threshold's counts; a multilabel target 2 adds a
-false positive to the next label). ``TMPATCH_BINCOUNT=eager`` keeps the release's
-behaviour throughout. Not covered (the release's code runs): the functional API,
+Invalid values — a target or label prediction outside the valid classes — are the
+release's. On the CPU (``tmpatch.runtime.host``) the release's update runs (no sync to save
+there): its counts (an invalid class in the cell its code lands in), its errors, raised by its
+own statement in the same call of the same metric (a metric of a MetricCollection included);
+in deterministic mode, where the release's ``_bincount`` counts with an N x minlength mesh, an
+update whose classes are all valid is recorded and counted plainly (the same states), any
+other is the release's. On a device the recorded update makes the release's codes and counts
+every code the release's ``_bincount`` counts (one in ``[0, minlength)`` in its bin, as
+``torch.bincount`` does); only what would make the release raise is deferred, to the next
+settle point (``deferred_reports``: a later update, ``compute()``, ``reset()``, ...): a negative
+code (``torch.bincount``'s error; multilabel updates remove negative codes first, as the
+release does), a code past the bins (the release's ``reshape`` error), a class the multiclass
+curves' ``one_hot`` refuses (its error; that row left out of the counts). Such an error is a
+RuntimeError whose message is the release's, then tmpatch's note; the ``reshape``'s message
+names the count's length only as "larger than" the bins (the release's length is its largest
+code + 1, not known without a read). In deterministic mode, on MPS and with torch_xla installed
+the release's mesh drops codes outside the bins silently: so does the recorded update (the
+``one_hot`` error excepted, which comes before the count). Unlike the release, a deferred error
+comes after the bad batch's in-range codes were counted (as every deferred report's:
+``reset()`` discards them). ``TMPATCH_BINCOUNT=eager`` keeps the release's update throughout.
+Not covered (the release's code runs): the functional API,
 compute-time callers, metrics built before ``apply()``, unbinned curves (their states
 keep the values), stat scores with ``top_k > 1`` or ``"samplewise"`` (no removal, no
-``_bincount``), multiclass metrics built with ``num_classes=None`` but for the micro
-average of top-1 global stat scores (the release's one use of it, 1.9.0: there no class is
-invalid, and the ignored positions are left out without a removal). The formatters' logits
-check before 1.6.1 is ``logits_check``'s edit of the same functions.
+``_bincount``), multiclass metrics built with ``num_classes=None`` but for the micro average of
+top-1 global stat scores (the release's one use of it, 1.9.0: there no class is invalid, and the
+ignored positions are left out without a removal). The formatters' logits check before 1.6.1 is
+``logits_check``'s edit of the same functions.
 
 Releases: 1.0.0-1.9.0 (four implementations of ``_bincount``, of
 ``_multiclass_stat_scores_update``, up to four of each formatter and update function).
@@ -76,9 +89,9 @@ PATCH = Patch(
             "boolean index, in every multiclass stat-score, confusion-matrix and binned-curve update",
     known=since("0.10.0"),
     upstream="not fixed upstream (ATen's CUDA bincount sizes its output from the data)",
-    changes="a target or label prediction outside the valid classes is left out of the counts and reported once "
-            "(from that update() on the CPU, a later one on a GPU, or compute()) "
-            "(upstream raises in update() or miscounts it)",
+    changes="on a GPU, where a target or label prediction outside the valid classes makes the release raise in "
+            "update(), the release's error is raised later (a later update() or compute()), the batch's codes "
+            "in the bins counted; on the CPU the release's update",
     requires=("deferred_reports",),
     labels=(
         Label(PATCHED, "CUDA torch.bincount reads the input's min and max to size its output; the bincount "

@@ -3,10 +3,11 @@ with fixed-size bins.
 
 A counting metric's ``update()`` (``metrics.py``) opens an :class:`Update` for the
 release's code below it to see. The edits of the release's code-making statements
-(``updates.py``) make codes in which every position to leave out (ignored, or not a valid
-class) lies outside the count's ``minlength`` bins, note the report's evidence, and say
-how far the codes reach (:attr:`Update.space`); ``_bincount`` then counts them into fixed
-bins on the input's device without reading anything back.
+(``updates.py``) make the release's codes, those the release removed (ignored positions) and
+those outside the count's ``minlength`` bins past them, note what would make the release raise
+(the records below, in its words), and say how far the codes reach (:attr:`Update.space`);
+``_bincount`` then counts them into fixed bins on the input's device without reading anything
+back.
 """
 from __future__ import annotations
 
@@ -219,7 +220,8 @@ def build_bincount(module: ModuleType) -> Callable[..., Any]:
     count, in one op, with no read (deterministic mode on CUDA, compiled code and other
     devices: ``scatter_add_`` of the codes taken modulo ``space``). Other callers' values
     outside ``[0, minlength)`` are left out: where the caller vouched (every value in range
-    or negative) the negative ones are positions it left out, else they are reported.
+    or negative) the negative ones are positions it left out, else they are reported where the
+    release's ``torch.bincount`` would raise on them (:func:`raises`).
     Elsewhere (functional API, compute-time callers, metrics built before ``apply()``,
     no ``minlength``) the release's own ``_bincount`` runs."""
     import torch

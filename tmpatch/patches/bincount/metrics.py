@@ -8,27 +8,13 @@ Accuracy, F1, CohenKappa, JaccardIndex, AUROC, AveragePrecision, ROC, ...) opens
 Unbinned curves keep the release's update: their states hold the kept values
 themselves, so the removal of ignored positions is inherent there.
 
-On the CPU (:func:`tmpatch.runtime.host.on_host`) an update is not recorded where the release's own update
-gives the same states and the same report; :func:`cpu_way` tells which of three ways:
-
-* ``RELEASE``: the release's update counts nothing differently (stat scores with
-  ``top_k > 1`` or ``"samplewise"``, an unbinned curve);
-* ``RELEASE_FIRST``: every invalid class makes the release's update raise before it
-  touches a state (``torch.bincount`` of a negative code, the ``reshape`` of a count
-  longer than its bins, ``one_hot``): score predictions, an integer target,
-  ``validate_args=False``, the vectorised curve sizes, not in deterministic mode (where ``_bincount`` counts with
-  a mesh that drops codes out of range, and slowly: there every counting update is recorded, and counted
-  with ``torch.bincount``, which is deterministic on the CPU). The release's update runs; only when it raises
-  is the update recorded and run again (an error of another kind is raised again there);
-* ``CHECKED``: label predictions, micro averages, multilabel codes (where an invalid
-  class can land in another cell without an error): the classes are read (free on the
-  CPU), and the release's update runs when they are all valid.
-
-Anything else is recorded, as on a GPU; so is every counting update in deterministic mode,
-where the release's ``_bincount`` compares every code with every bin (an N x minlength
-mesh: ``MulticlassAUROC(thresholds=50)`` of 1,000 scores, 250,000 bins) and the recorded
-count is a plain one (``put``, deterministic on the CPU). The states and reports are the
-same either way.
+On the CPU (:func:`tmpatch.runtime.host.on_host`) an update is the release's update
+(:func:`cpu_way`): there is no sync to save, and its counts and errors are then the release's
+own, from its own statements. In deterministic mode (and where torch_xla is installed) the
+release's ``_bincount`` compares every code with every bin (an N x minlength mesh:
+``MulticlassAUROC(thresholds=50)`` of 1,000 scores, 250,000 bins): there an update whose classes
+are all valid (read: free on the CPU) is recorded and counted plainly (``put``, deterministic on
+the CPU), the same states; one with an invalid class is the release's (its mesh's counts).
 """
 from __future__ import annotations
 

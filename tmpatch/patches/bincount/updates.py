@@ -2,33 +2,21 @@
 
 In a recorded update (``counting.recorded()``) the statements that turn classes into the
 codes ``_bincount`` counts (and, for multilabel functions, remove the negative ones) are
-replaced (:mod:`tmpatch.engine.rewrite`) by helpers that make the same codes for every valid
-position and, in the same kernels, codes outside the count's bins for every position to
-leave out (ignored, or not a valid class): the target is clamped to one value past each
-end of its classes, and the codes are made from it with the release's arithmetic folded
-into one op or a table lookup (tables made once per device, ``counting.table``). The
-count (``counting.build_bincount``) leaves those codes out. The report's evidence is the
-clamped target (or the codes) itself, counted at compute (``deferred``), less the
-positions the formatter kept out (``ignore_index``). An update launches no more kernels
-than the release's (``benchmarks/kernel_counts.py``):
-
-* multiclass codes ``target * n + preds``: ``add(preds, clamp(target, -1, n), alpha=n)``
-  for label predictions of scores (argmax: valid classes); user label predictions index
-  a table of codes with both clamped classes;
-* binary codes ``2 * target + preds`` likewise; multilabel ``2 * target + preds + 4 * label``
-  and the binned curves' codes index a table by the clamped target (a threshold's and a
-  label's offsets included), plus the thresholded predictions;
-* stat scores derive ``tp, fp, fn, tn`` from the confusion matrix in one kernel fewer
-  (``tn = total - colsum - fn``), and the micro average counts the valid positions and
-  the hits itself (``fp = fn = valid - tp``, ``tn = tp + (n - 2) * valid``).
-
-Integer arithmetic throughout: the states are the release's on the valid positions, bit for
-bit. Inputs the lean forms do not take (float classes, narrow integer types, large tables)
-take a masked form with the same results. The loops of large curves (above 50,000 scores,
-or 10^6 scores x classes) count without ``_bincount``: their wrappers hand the loop
-inputs in which the positions to leave out score NaN with target 0 (below every
-threshold) and take their count off the result, an exact integer correction. Outside a
-recorded update every function is the release's, unchanged.
+replaced (:mod:`tmpatch.engine.rewrite`) by helpers that make the release's codes, with its
+arithmetic (folded into one op where the types allow), clamped to ``[-1, bins]``, and codes past
+the bins for the positions the release removed before them (ignored ones, the formatter's kept
+mask; :func:`_counted`). The count (``counting.build_bincount``) counts a code in the bins in its
+bin, as the release's does (an invalid class included, in the cell its code lands in), and the
+others nowhere; what would make the release raise (a negative code where it does not remove
+them, a code past the bins) is noted for a deferred report in its words, but where the release
+counts with its mesh (deterministic mode), which drops them silently. The multiclass curves'
+target is one-hot encoded by the release, which raises on a class out of range: those rows are
+left out and reported in ``one_hot``'s words. Integer arithmetic throughout: the states are the
+release's, bit for bit, wherever the release raises nothing. The loops of large curves (above
+50,000 scores, or 10^6 scores x classes) count without ``_bincount``: their wrappers hand the
+loop inputs in which the removed positions score NaN with target 0 (below every threshold) and
+take their count off the result, an exact integer correction. Outside a recorded update every
+function is the release's, unchanged.
 """
 from __future__ import annotations
 
@@ -42,9 +30,6 @@ from tmpatch.spec import Edit, Rewrite, gated
 
 #: a table of codes is used up to this many entries (int64); above, the masked form
 TABLE_CAP = 1 << 20
-
-#: label predictions given by the user: a table of both classes' codes up to this many classes
-PAIR_CLASSES = 254
 
 _SUM, _FALSE = deferred.SUM, deferred.FALSE
 
