@@ -432,11 +432,13 @@ def test_regression(cases: List[Case]) -> None:
 @st.composite
 def wrapper_cases(draw: Any) -> Case:
     kind = draw(st.sampled_from(["minmax", "bootstrap-mean", "bootstrap-accuracy"]))
-    batches = []
+    batches, flats = [], []
     for _ in range(draw(st.integers(1, 3))):
         n = draw(st.integers(1, 4))
         if kind == "bootstrap-mean":
-            batches.append(draw(values(shape=(n,)))[0])
+            source, flat = draw(values(shape=(n,)))
+            batches.append(source)
+            flats.append(flat)
         else:
             batches.append(f"{tensor_source(_probs(draw, n))}, {tensor_source(_ints(draw, n, 0, 1), 'int64')}")
     if kind == "minmax":
@@ -446,7 +448,18 @@ def wrapper_cases(draw: Any) -> Case:
             else "BinaryAccuracy()"
         strategy = draw(st.sampled_from(["poisson", "multinomial"]))
         make = f"BootStrapper({base}, num_bootstraps=3, sampling_strategy={strategy!r})"
-    return Case(make, _steps(draw, batches, True), draw(st.booleans()), frozenset({"checked"}))
+    steps = _steps(draw, batches, True)
+    nan_strategy = _strategy_in(make)
+    if isinstance(nan_strategy, float) and any(v != v for flat in flats for v in flat):
+        fixed = _steps_like(steps, batches, [_resourced(b, _imputed(f, nan_strategy)) for b, f in zip(batches, flats)])
+        return Case(make, steps, draw(st.booleans()), frozenset({"checked", "impute"}), fixed)
+    return Case(make, steps, draw(st.booleans()), frozenset({"checked"}))
+
+
+def _strategy_in(make: str) -> Any:
+    if "nan_strategy=" not in make:
+        return None
+    return eval(make.split("nan_strategy=", 1)[1].split(")", 1)[0])  # noqa: S307 - our own source
 
 
 @SETTINGS
