@@ -170,7 +170,7 @@ def test_errors_are_the_releases_at_the_next_compute_once(shortcuts):
     with pytest.raises(RuntimeError, match=r"tmpatch edge_distances: 1 update.*reported at reset\(\)") as caught:
         metric.reset()  # the batch is dropped: its report comes there, once, after the reset
     assert str(caught.value).startswith(f"{empty_error.value} (tmpatch edge_distances")
-    assert metric.update_count == 0
+    assert metric._update_count == 0
     metric.update(*good)
     metric.compute()
 

@@ -187,7 +187,7 @@ def test_each_check_raises_the_releases_error_at_the_next_compute_once(shortcuts
         with pytest.raises(ValueError, match=f"^{re.escape(patch.MESSAGES[key])} \\(tmpatch legacy_dice_checks: 1 "
                            r"upd.*reported at reset\(\)"):
             metric.reset()  # the batch is dropped: its report comes there, once, after the reset
-        assert _pending(metric) == 0 and int(metric.tp.sum()) == 0 and metric.update_count == 0
+        assert _pending(metric) == 0 and int(metric.tp.sum()) == 0 and metric._update_count == 0
 
 
 def test_functional_api_and_metrics_built_before_apply_raise_in_update():

@@ -210,7 +210,7 @@ def test_on_a_device_the_releases_error_comes_once_at_the_next_compute():
         metric.update(preds, target, indexes=indexes)
         with pytest.raises(ValueError, match=r"^`target` must contain `binary` values .*reported at reset\(\)"):
             metric.reset()  # the batch is dropped: its report comes there, once
-        assert metric.update_count == 0 and not metric.preds  # the reset was done all the same
+        assert metric._update_count == 0 and not metric.preds  # the reset was done all the same
         metric.update(preds, torch.tensor([0, 1, 1, 0]), indexes=indexes)
         metric.compute()
 
@@ -261,7 +261,7 @@ def test_a_collections_reset_resets_every_member_before_the_report():
     collection.update(torch.tensor([0.2, 0.7]), torch.tensor([0, 3]), indexes=torch.tensor([0, 0]))
     with pytest.raises(ValueError, match=r"^`target` must contain `binary` values \(tmpatch retrieval_check: 2 upd"):
         collection.reset()
-    assert all(m.update_count == 0 and not m.preds for m in collection.values())
+    assert all(m._update_count == 0 and not m.preds for m in collection.values())
     collection.reset()
 
 
