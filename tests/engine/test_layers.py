@@ -173,3 +173,113 @@ def test_an_inline_form_rebuilt_by_a_later_apply_runs_in_the_layers_one_function
     engine.swap(key, build(100))
     assert core.target is installed and core.target(2) == 104
     engine.remove(key, scope="toypkg")
+
+
+# --- what TorchScript and a traceback see of a wrapper ---------------------------------------------------------------
+
+_JIT_TOY = '''
+from typing import Tuple
+
+import torch
+
+
+def original(x: torch.Tensor) -> torch.Tensor:  # named as the generic wrapper's closure once named its target
+    return x * 2
+
+
+class Plain(torch.nn.Module):  # a matching wrapper (fixed parameters, constant defaults)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return original(x) + 1
+
+
+class Spread(torch.nn.Module):  # the generic wrapper (a tuple default)
+    def forward(self, x: torch.Tensor, dims: Tuple[int, int] = (0, 1)) -> torch.Tensor:
+        return original(x).sum(dims[0])
+
+
+class Rest(torch.nn.Module):  # the generic wrapper; TorchScript refuses ``*rest``
+    def forward(self, x: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        return original(x)
+
+
+def failing(x):
+    raise ValueError(x)
+'''
+
+
+@pytest.fixture
+def jit_toy(tmp_path, monkeypatch):
+    import sys
+
+    (tmp_path / "jittoy.py").write_text(_JIT_TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import jittoy
+
+    yield jittoy
+    sys.modules.pop("jittoy", None)
+
+
+def _scripted(module, name: str):
+    """What ``torch.jit.script`` makes of a fresh subclass of ``module.<name>`` (TorchScript keeps
+    what it compiled of a class): its value and the source locations of its graph, or its error."""
+    import re
+    import warnings
+
+    import torch
+
+    cls = type(name, (getattr(module, name),), {"__module__": module.__name__})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.script is deprecated on torch 2.13
+        try:
+            scripted = torch.jit.script(cls())
+        except Exception as exc:  # noqa: BLE001 - the release's refusal is compared
+            return f"{type(exc).__name__}: {exc}"
+    return scripted(torch.ones(2, 2)).tolist(), re.findall(r"# (\S+:\d+:\d+)", str(scripted.graph))
+
+
+def test_torchscript_compiles_a_wrapped_method_as_the_targets_own(jit_toy):
+    """TorchScript compiles the source ``inspect.getsourcelines`` finds through ``__wrapped__``, but
+    names the wrapper's own file and resolves the names in the wrapper's globals and closure: those
+    are the target's (a name of its module resolves, its file is named, in the graph and in an error)."""
+    names = ("Plain", "Spread", "Rest")
+    release = {name: _scripted(jit_toy, name) for name in names}
+    assert isinstance(release["Plain"], tuple) and isinstance(release["Spread"], tuple)
+    assert release["Rest"].startswith("NotSupportedError") and f'File "{jit_toy.__file__}"' in release["Rest"]
+    assert all(jit_toy.__file__ in where for name in ("Plain", "Spread") for where in release[name][1])
+    engine = Engine()
+    keys = [("jittoy", f"{name}.forward") for name in names]
+    engine.install(keys[0], lambda original, self, x: original(self, x), method=True, scope="jittoy", sweep=False)
+    for key in keys[1:]:
+        engine.install(key, lambda original, *a, **k: original(*a, **k), method=True, scope="jittoy", sweep=False)
+    assert not hasattr(jit_toy.Spread.forward, "_tmpatch_params")  # the generic wrapper
+    patched = {name: _scripted(jit_toy, name) for name in names}
+    for key in keys:
+        engine.remove(key, scope="jittoy")
+    assert patched == release
+
+
+def test_a_traceback_through_a_wrapper_shows_the_targets_first_line(jit_toy):
+    """The wrapper's frame names the target's file and first line (where TorchScript looks for it),
+    as ``wrapper``: every instruction on that line, no columns (no carets under the line)."""
+    import dis
+    import sys
+    import traceback
+
+    engine = Engine()
+    engine.install(("jittoy", "failing"), lambda original, x: original(x), method=False, scope="jittoy", sweep=False)
+    engine.install(("jittoy", "Rest.forward"), lambda original, *a, **k: original(*a, **k), method=True,
+                   scope="jittoy", sweep=False)
+    first = jit_toy.failing.__wrapped__.__code__.co_firstlineno
+    with pytest.raises(ValueError) as caught:
+        jit_toy.failing(1)
+    frames = traceback.extract_tb(caught.value.__traceback__)[1:]
+    assert [(f.filename, f.name) for f in frames] == [
+        (jit_toy.__file__, "wrapper"), (__file__, "<lambda>"), (jit_toy.__file__, "failing")]
+    assert frames[0].lineno == first and frames[0].line == "def failing(x):"
+    if sys.version_info >= (3, 11):
+        assert frames[0].colno is None and "^" not in "".join(traceback.format_list(frames[:1]))
+    forward = jit_toy.Rest.forward
+    assert forward.__code__.co_filename == jit_toy.__file__  # the generic wrapper too
+    assert {line for _, line in dis.findlinestarts(forward.__code__)} == {forward.__wrapped__.__code__.co_firstlineno}
+    engine.remove(("jittoy", "failing"), scope="jittoy")
+    engine.remove(("jittoy", "Rest.forward"), scope="jittoy")

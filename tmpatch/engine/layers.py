@@ -9,7 +9,9 @@ this module makes it, and gives it its replacement:
   defaults of plain values) the wrapper has its parameters and passes them on by position
   (:func:`_matching`: no argument tuple and dict, a fixed-argument call the interpreter runs
   without a C call, about a microsecond less per layer in place); the replacement must take
-  the target's arguments so, and is refused otherwise (:func:`_check_takes`);
+  the target's arguments so, and is refused otherwise (:func:`_check_takes`). Either runs in
+  the target's globals with the target's file and first line (:func:`_seated`): what
+  TorchScript compiles through it is the target's own source, its names and its file;
 * a replacement with a gate (``GATE``) is called only while the gate answers something;
 * a replacement with an inline form (``spec.INLINE``: ``spec.inline``, and every edited
   function of ``tmpatch.engine.rewrite``) is installed itself: a copy of the form with the layer's
@@ -20,6 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import marshal
+import sys
 import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -72,20 +75,55 @@ class Layer:
 
 
 def _generic(layer: Layer, method: bool) -> Callable[..., Any]:
-    """The wrapper for any callable: the caller's arguments passed on as given."""
-    original = layer.original
+    """The wrapper for any callable: the caller's arguments passed on as given. Its closure's
+    names are tmpatch's own: TorchScript resolves the original's names in it (:func:`_seated`)."""
+    _tmpatch_layer, _tmpatch_original = layer, layer.original
     if method:
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if layer.active and (layer.gate is None or layer.gate.get() is not None):
-                return layer.replacement(original, self, *args, **kwargs)
-            return original(self, *args, **kwargs)
+            if _tmpatch_layer.active and (_tmpatch_layer.gate is None or _tmpatch_layer.gate.get() is not None):
+                return _tmpatch_layer.replacement(_tmpatch_original, self, *args, **kwargs)
+            return _tmpatch_original(self, *args, **kwargs)
         return wrapper
 
     def function(*args: Any, **kwargs: Any) -> Any:
-        if layer.active and (layer.gate is None or layer.gate.get() is not None):
-            return layer.replacement(original, *args, **kwargs)
-        return original(*args, **kwargs)
+        if _tmpatch_layer.active and (_tmpatch_layer.gate is None or _tmpatch_layer.gate.get() is not None):
+            return _tmpatch_layer.replacement(_tmpatch_original, *args, **kwargs)
+        return _tmpatch_original(*args, **kwargs)
     return function
+
+
+def _one_line(code: types.CodeType) -> Dict[str, Any]:
+    """``code.replace`` arguments that put every instruction on the code's first line, without
+    columns (no carets under a line that is not the wrapper's own)."""
+    units = len(code.co_code) // 2
+    if sys.version_info >= (3, 11):  # location entries: "no column" (code 13), line delta 0, 1-8 units each
+        return {"co_linetable": b"".join(bytes((0xE8 | (min(8, units - n) - 1), 0)) for n in range(0, units, 8))}
+    if sys.version_info >= (3, 10):  # (bytecode delta, line delta) pairs
+        size = len(code.co_code)
+        return {"co_linetable": b"".join(bytes((min(254, size - n), 0)) for n in range(0, size, 254))}
+    return {"co_lnotab": b""}  # no increments: every instruction on co_firstlineno
+
+
+def _seated(wrapper: Any, original: Any) -> types.FunctionType:
+    """``wrapper`` (made by :func:`_matching` or :func:`_generic`) where TorchScript looks for
+    the original. ``torch.jit.script`` compiles the source that ``inspect.getsourcelines``
+    finds through ``__wrapped__`` (the original's), but names the file
+    ``inspect.getsourcefile(wrapper)`` gives (the wrapper's ``co_filename``, not unwrapped) and
+    resolves the source's names in the wrapper's globals and closure: so the wrapper runs in
+    the original's globals and its code carries the original's file and first line, every
+    instruction on that line: a traceback through it shows tmpatch's frame (``wrapper``,
+    ``function``) on the target's first line (its ``def``, or its first decorator), no columns,
+    no line of the target's body that is not running. Its code reads no global."""
+    code, namespace = getattr(original, "__code__", None), getattr(original, "__globals__", None)
+    if type(code) is not types.CodeType or type(namespace) is not dict:
+        return wrapper
+    own = wrapper.__code__
+    seated = types.FunctionType(
+        own.replace(co_filename=code.co_filename, co_firstlineno=code.co_firstlineno, **_one_line(own)),
+        namespace, wrapper.__name__, wrapper.__defaults__, wrapper.__closure__)
+    seated.__kwdefaults__ = wrapper.__kwdefaults__
+    seated.__dict__.update(wrapper.__dict__)
+    return seated
 
 
 #: the wrapper of a plain Python function, with the function's own parameters (:func:`_matching`)
@@ -222,7 +260,7 @@ def wrap(layer: Layer, replacement: Replacement, method: bool) -> Any:
     if inline is not None:
         layer.route = Route(original)
         return _copy(layer, inline)
-    wrapper = _matching(layer) or _generic(layer, method)
+    wrapper = _seated(_matching(layer) or _generic(layer, method), original)
     _check_takes(layer, wrapper, replacement)
     functools.update_wrapper(wrapper, original)  # name, qualname, module, doc, __wrapped__
     wrapper._self_tmpatch_key = layer.key  # type: ignore[attr-defined]  # marks tmpatch's own layer
