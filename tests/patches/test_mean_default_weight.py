@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from torchmetrics import MeanMetric
 
 import tmpatch
-from tests.conftest import assert_bitwise, examples, release_in
+from tests.conftest import assert_bitwise, cpu_shortcuts, examples, release_in
 
 DEFAULT_WEIGHT_COPIES = release_in("<1.6.2")
 VALUES = [0.0, 1.0, -2.5, 3.0, 1e30, float("inf"), float("nan")]
@@ -102,6 +102,18 @@ def test_with_nan_check_results_are_nan_checks_alone(sequence, nan_strategy):
         assert actual is expected
     else:
         assert_bitwise(actual, expected)
+
+
+@pytest.mark.parametrize("on_the_cpu", [True, False], ids=["cpu", "device"])
+@pytest.mark.parametrize("nan_strategy", ["warn", "ignore"])
+def test_with_nan_check_the_default_weight_broadcasts_to_a_value_without_its_nan(nan_strategy, on_the_cpu):
+    """Up to 1.0.0 the release checks the value on its own, its NaN removed, and broadcasts the
+    default weight to what is left: patched, no error where the release raises none, its result."""
+    value = torch.tensor([1.0, float("nan"), 3.0])
+    expected = run(MeanMetric(nan_strategy=nan_strategy), [(value,), (value, 1.0)])
+    tmpatch.apply(["mean_default_weight", "nan_check"])
+    cpu_shortcuts(on_the_cpu)
+    assert_bitwise(run(MeanMetric(nan_strategy=nan_strategy), [(value,), (value, 1.0)]), expected)
 
 
 @pytest.mark.parametrize("nan_strategy", [0.0, "warn"])

@@ -14,7 +14,8 @@ and hands them to the release's own ``update``. An integer outside int64 keeps t
 release's conversion. A weight of 1 with a tensor value (the default up to 1.6.1) is
 made in the value's shape, as the release's ``broadcast_to`` gives it (float32/64, up to
 2**24 elements, where a sum of ones is exact in any order; in eager code: dynamo 2.1
-traced 1.0.0's paired value/weight checks wrongly with it). The same conversion inside
+traced 1.0.0's paired value/weight checks wrongly with it; up to 1.0.0 not where the release's
+check removes a NaN of the value, ``warn`` and ``ignore``). The same conversion inside
 ``BaseAggregator._cast_and_nan_check_input`` (Sum/Max/Min/Cat) is ``nan_check``'s.
 """
 from __future__ import annotations
@@ -26,14 +27,20 @@ from tmpatch.runtime.compiled import compiling
 from tmpatch.spec import PATCHED, Label, Patch, Target, Variant, since, span
 
 _SCALARS = (float, int, bool)
+#: the strategies whose check removes the NaN elements (of the value alone, up to 1.0.0)
+_REMOVING = ("warn", "ignore")
 _INT64 = (-(2**63), 2**63)
 #: a weight of ones up to this many elements sums exactly in float32 (and float64), in any order
 EXACT_ONES = 2 ** 24
 
 
-def _builder(default_weight: Optional[float], metric_dtype: bool) -> Callable[[ModuleType], Callable]:
+def _builder(default_weight: Optional[float], metric_dtype: bool,
+             paired: bool = True) -> Callable[[ModuleType], Callable]:
     """``default_weight``: the release's default (1.0 up to 1.6.1, None after);
-    ``metric_dtype``: the release makes scalars in ``self.dtype`` (1.3.2+), else float32."""
+    ``metric_dtype``: the release makes scalars in ``self.dtype`` (1.3.2+), else float32;
+    ``paired``: the release checks the value and the weight in one call (1.0.1+). Up to 1.0.0 it
+    checks each on its own, so its check removes a NaN of the value alone (``warn``, ``ignore``):
+    a weight in the value's shape would no longer broadcast to it, and stays 0-d there."""
 
     def build(module: ModuleType) -> Callable[..., Any]:
         import torch
@@ -52,7 +59,8 @@ def _builder(default_weight: Optional[float], metric_dtype: bool) -> Callable[[M
                 if value_scalar:  # an int through a Python float, as ``as_tensor`` takes it
                     value = full((), float(value) if dtype.is_floating_point else value, dtype=dtype, device=device)
                 if weight_scalar and not compiling() and weight == 1 and type(value) is tensor \
-                        and dtype in exact and value.numel() <= EXACT_ONES:
+                        and dtype in exact and value.numel() <= EXACT_ONES \
+                        and (paired or self.nan_strategy not in _REMOVING):
                     # the release's broadcast of the weight, made whole: ones sum exactly in any order, and
                     # the check after it (nan_check) takes a weight of the value's shape as it is
                     weight = full(value.shape, 1.0, dtype=dtype, device=device)
@@ -83,8 +91,8 @@ PATCH = Patch(
             qualname="MeanMetric.update",
             variants=(
                 # 0.10.0-0.11.0: a fall-back for torch without ``broadcast_to`` (< 1.8), never taken here
-                Variant(span("0.10.0", "0.11.0"), "f41e9f37f0d97773", _builder(1.0, metric_dtype=False)),
-                Variant(span("0.11.1", "1.0.0"), "6e3f5c74bfe0fd1f", _builder(1.0, metric_dtype=False)),
+                Variant(span("0.10.0", "0.11.0"), "f41e9f37f0d97773", _builder(1.0, metric_dtype=False, paired=False)),
+                Variant(span("0.11.1", "1.0.0"), "6e3f5c74bfe0fd1f", _builder(1.0, metric_dtype=False, paired=False)),
                 Variant(span("1.0.1", "1.3.1"), "ce34105c60359a1f", _builder(1.0, metric_dtype=False)),
                 Variant(span("1.3.2", "1.6.1"), "3d99c072344ed130", _builder(1.0, metric_dtype=True)),
                 Variant(span("1.6.2", "1.9.0"), "d269d0596e64f1e5", _builder(None, metric_dtype=True)),
