@@ -30,12 +30,21 @@ from torchmetrics.classification import (
 from torchmetrics.wrappers import BootStrapper, ClasswiseWrapper, MetricTracker, MinMaxMetric, MultioutputWrapper
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in, run_python
+from tests.conftest import assert_bitwise, cpu_shortcuts, release_in, run_python
 
 #: reports wait for a settle point here, as on a GPU before the evidence's copy lands (reports at a
 #: later update, at the metric's collection and at exit: tests/runtime/test_deferred_landing.py and
 #: test_deferred_timing.py)
 pytestmark = pytest.mark.usefixtures("held_reports")
+
+
+@pytest.fixture(autouse=True)
+def _on_a_device():
+    """The path a GPU takes, where the checks are deferred (on the CPU the release's own check runs
+    in update(): test_nan_check.py, tests/patches/bincount/)."""
+    cpu_shortcuts(False)
+    yield
+    cpu_shortcuts(True)
 
 #: 1.0.0+
 MultitaskWrapper = getattr(wrappers, "MultitaskWrapper", None)
@@ -125,17 +134,42 @@ def test_item1_an_update_that_raised_keeps_the_pending_report(name, build, bad, 
 
 @pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
 def test_item2_reset_by_the_user_gives_the_report_once(name, build, bad, good, message):
-    """Item 2: the batch is dropped there, so its report is given there (before the reset:
-    the error leaves the metric as it was); the next reset resets, the next compute is silent."""
+    """Item 2: the batch is dropped there, so its report is given there: the error never blocks
+    the reset (the metric is reset first, as the release's reset leaves it, then it is raised);
+    the next reset is silent, and so is the next compute."""
     _apply()
     metric = build()
     metric.update(*bad)
     with pytest.raises(RuntimeError, match=message) as raised:
         metric.reset()
     assert "reset()" in str(raised.value)
+    for key, default in metric._defaults.items():  # reset, the error notwithstanding
+        value = getattr(metric, key)
+        assert (value == default) if isinstance(value, list) else torch.equal(value, default), key
+    assert metric._update_count == 0
     metric.reset()
     metric.update(*good)
     metric.compute()
+
+
+@pytest.mark.parametrize("name, build, bad, good, message", SINGLE, ids=SINGLE_IDS)
+def test_on_the_cpu_the_release_raises_in_the_same_update(name, build, bad, good, message):
+    """On the CPU (the library's rule: a read costs nothing there) the release's own check runs:
+    its error, type and words, from the same update(); nothing is left pending after it."""
+    def run() -> Tuple[Any, ...]:
+        metric = build()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "compute called before update"
+            metric.update(*good)
+            with pytest.raises(Exception) as raised:
+                metric.update(*bad)
+            return type(raised.value), str(raised.value), _errors([metric.compute, metric.reset, metric.compute])
+
+    want = run()
+    assert want[0] is RuntimeError, want
+    _apply()
+    cpu_shortcuts(True)
+    assert run() == want
 
 
 # -- item 2: revert() keeps a pending report ----------------------------------------------------
@@ -230,29 +264,42 @@ def _collection() -> MetricCollection:
 _VALID_C = (torch.tensor([0, 1, 1]), torch.tensor([0, 1, 2]))  # the valid positions of _INVALID_C
 _INVALID_C = (torch.tensor([0, 1, 2, 1]), torch.tensor([0, 1, 3, 2]))
 _CURVE = (torch.tensor([0.1, 0.8, 0.4, 0.7]), torch.tensor([0, 1, 2, 1]))
-_CURVE_VALID = (torch.tensor([0.1, 0.8, 0.7]), torch.tensor([0, 1, 1]))
 
 #: name -> (builder, what the patched metric is fed (a pending report included), what the
-#: unpatched one is fed: the same, less the invalid classes the release would raise on)
+#: unpatched one is fed: the same, less the invalid classes the release would raise on). On a
+#: device the patched update counts the cells the release's ``_bincount`` counts: where an invalid
+#: class lands in other cells (BinaryAUROC: a target of 2 in the next threshold's), the unpatched
+#: one is fed the same in deterministic mode (:data:`MESH_FED`), whose mesh counts those cells and
+#: drops the codes past its bins without an error
 CHECKPOINTED = {
     "MeanMetric": (MeanMetric, [(torch.tensor([1.0, NAN, 4.0]),)], [(torch.tensor([1.0, NAN, 4.0]),)]),
     "SumMetric": (SumMetric, [(torch.tensor([1.0, NAN, 4.0]),)], [(torch.tensor([1.0, NAN, 4.0]),)]),
     "MulticlassAccuracy": (_accuracy, [_INVALID_C], [_VALID_C]),
     "MulticlassConfusionMatrix": (lambda: MulticlassConfusionMatrix(3, validate_args=False), [_INVALID_C], [_VALID_C]),
-    "BinaryAUROC": (lambda: BinaryAUROC(thresholds=5, validate_args=False), [_CURVE], [_CURVE_VALID]),
+    "BinaryAUROC": (lambda: BinaryAUROC(thresholds=5, validate_args=False), [_CURVE], [_CURVE]),
     "MetricCollection": (_collection, [("mean", torch.tensor([1.0, NAN, 4.0])), ("acc",) + _INVALID_C],
                          [("mean", torch.tensor([1.0, NAN, 4.0])), ("acc",) + _VALID_C]),
 }
 
 
-def _feed(metric, updates) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for args in updates:
-            if isinstance(args[0], str):  # a member of the collection
-                metric[args[0]].update(*args[1:])
-            else:
-                metric.update(*args)
+#: the cases whose unpatched metric is fed in deterministic mode (:data:`CHECKPOINTED`)
+MESH_FED = {"BinaryAUROC"}
+
+
+def _feed(metric, updates, mesh: bool = False) -> None:
+    """Feed ``updates``; ``mesh``: in deterministic mode (the release's ``_bincount`` by a mesh)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(mesh or before)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for args in updates:
+                if isinstance(args[0], str):  # a member of the collection
+                    metric[args[0]].update(*args[1:])
+                else:
+                    metric.update(*args)
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 def _values(metric) -> List[torch.Tensor]:
@@ -284,7 +331,7 @@ def test_item3_checkpoints_load_strictly_both_ways_with_equal_values(name):
     assert not [k for k in written_patched if "tmpatch" in k]
     tmpatch.revert()
     plain = build()
-    _feed(plain, valid)
+    _feed(plain, valid, mesh=name in MESH_FED)
     plain.persistent(True)
     written_plain = plain.state_dict()
     assert sorted(written_patched) == sorted(written_plain)
@@ -390,7 +437,9 @@ def test_item5_wrappers_and_collections_report_once(name):
     build, bad, good = WRAPPED[name]
     assert _rounds(build(), bad, good) == "E......."  # the release: once, in update()
     _apply()
-    assert _rounds(build(), bad, good) == ".E......"  # patched: once, at the next compute
+    assert _rounds(build(), bad, good) == ".E......"  # patched on a device: once, at the next compute
+    cpu_shortcuts(True)
+    assert _rounds(build(), bad, good) == "E......."  # on the CPU: the release's check, in update()
 
 
 @pytest.mark.skipif(Running is None, reason="Running from 1.0.0")
@@ -413,7 +462,9 @@ def test_item5_a_forward_through_a_wrapper_reports_at_its_compute():
 
 
 # -- item 6: compute groups ----------------------------------------------------------------------
-def _warned_group(first_nan: bool) -> Tuple[int, int, Any]:
+def _warned_group(first_nan: bool) -> Tuple[int, int, Any, set]:
+    """The NaN warnings in the updates, in all, the compute groups and the warnings' (words,
+    category, file)."""
     collection = MetricCollection({"a": MeanMetric(nan_strategy="warn"), "b": MeanMetric(nan_strategy="warn")},
                                   compute_groups=True)
     with warnings.catch_warnings(record=True) as seen:
@@ -425,18 +476,26 @@ def _warned_group(first_nan: bool) -> Tuple[int, int, Any]:
         collection.compute()
         collection.update(torch.tensor([3.0]))
         collection.compute()
-    return in_updates, _warnings(seen, SPELLING), collection.compute_groups
+    given = {(str(w.message), w.category, w.filename) for w in seen if SPELLING in str(w.message)}
+    return in_updates, _warnings(seen, SPELLING), collection.compute_groups, given
 
 
 @pytest.mark.parametrize("first_nan", [False, True])
 def test_item6_compute_groups_warn_once(first_nan):
-    during, total, groups = _warned_group(first_nan)
+    during, total, groups, release = _warned_group(first_nan)
     assert list(groups.values()) == [["a", "b"]]
     assert (during, total) == ((2 + 1, 3) if first_nan else (1, 1))  # the release, in update()
+    assert len(release) == 1, release
     _apply()
-    during, total, groups = _warned_group(first_nan)
+    during, total, groups, given = _warned_group(first_nan)
     assert list(groups.values()) == [["a", "b"]]
-    assert (during, total) == (0, 1)  # one report for the collection, at its first compute
+    assert (during, total) == (0, 1)  # on a device: one report for the collection, at its first compute
+    assert given == release  # in the release's words alone, its category, from its file
+    cpu_shortcuts(True)
+    during, total, groups, given = _warned_group(first_nan)
+    assert list(groups.values()) == [["a", "b"]]
+    assert (during, total) == ((2 + 1, 3) if first_nan else (1, 1))  # on the CPU: the release's, in update()
+    assert given == release
 
 
 # -- settle points (issue #34 item 2): a pending report travels with no copy of its data ----------
