@@ -100,6 +100,7 @@ EVERY_RELEASE: Tuple[str, ...] = (
     "tests/control/test_api.py", "tests/control/test_adversarial.py", "tests/runtime/test_deferred.py",
     "tests/test_kernel_counts.py", "tests/patches/test_deferred_reports.py", "tests/runtime/test_device_tensors.py",
     "tests/distributed", "tests/runtime/test_deferred_landing.py", "tests/patches/test_deferred_timing.py",
+    "tests/patches/test_differential.py",
 )
 #: a patch's tests: ``tests/patches/test_<patch>*.py`` and ``tests/patches/<patch>/``, and these
 TESTS_OF: Dict[str, Tuple[str, ...]] = {
