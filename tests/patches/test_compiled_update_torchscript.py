@@ -239,17 +239,7 @@ def test_a_wrapper_metric_is_refused_in_the_releases_words_naming_its_file(wrapp
         assert "torchmetrics" in release["Running"]["outcome"].split('File "')[1].split('"')[0]
 
 
-#: from 1.1.0 (WrapperMetric's ``_wrap_compute`` keeps the bound ``compute``)
-_BOUND_COMPUTE = pytest.mark.xfail(release_in(">=1.1.0"), strict=True, reason=(
-    "deferred_reports: a wrapper metric's settling compute is a function where the release's compute is its "
-    "bound method, and TorchScript scripts a function attribute once more (one warning more)"))
-
-
-@pytest.mark.parametrize("name", [
-    "MeanMetric",
-    pytest.param("MinMaxMetric", marks=_BOUND_COMPUTE),
-    pytest.param("Running", marks=_BOUND_COMPUTE),
-])
+@pytest.mark.parametrize("name", ["MeanMetric", "MinMaxMetric", "Running"])
 def test_scripting_a_metric_gives_the_releases_warnings(wrapper_scripts, name):
     """Each warning of the script (``torch.jit.script is deprecated`` once per script TorchScript
     makes, torchmetrics' own), with its count, file and line, as on the release."""

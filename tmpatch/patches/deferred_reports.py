@@ -40,7 +40,8 @@ garbage-collected, or when the process or a ``multiprocessing`` child ends, is l
 from __future__ import annotations
 
 import functools
-from types import ModuleType
+import inspect
+from types import MethodType, ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tmpatch.runtime import deferred
@@ -64,6 +65,14 @@ def _settling(metric: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
         functools.update_wrapper(compute, inner)
     except (AttributeError, TypeError):  # a callable without the usual attributes
         compute.__wrapped__ = inner  # type: ignore[attr-defined]  # as functools.wraps sets it
+    if inspect.ismethod(inner) and inner.__self__ is metric:
+        # WrapperMetric's _wrap_compute keeps the bound compute (1.1.0+): a bound method in the metric's
+        # __dict__, as there (TorchScript scripts a plain function found there on its own: one warning more)
+        def method(_self: Any, *args: Any, **kwargs: Any) -> Any:
+            return compute(*args, **kwargs)
+
+        functools.update_wrapper(method, compute)
+        return MethodType(method, metric)
     return compute
 
 
@@ -72,7 +81,7 @@ def _build_wrap_compute(module: ModuleType) -> Callable[..., Any]:
         inner = original(self, compute)
         book = deferred.open_book(self)
         settling = _settling(self, inner)
-        deferred.attach(settling, book)
+        deferred.attach(getattr(settling, "__func__", settling), book)
         return settling
 
     return _wrap_compute
