@@ -998,3 +998,18 @@ def test_a_deferred_warning_keeps_the_releases_rank_rule(monkeypatch):
         metric.update(torch.tensor([NAN]))
         metric.compute()
     assert _messages(caught) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.float32])
+def test_an_imputed_input_that_requires_grad_keeps_grad_only_where_the_releases_cast_keeps_it(dtype):
+    """The release writes into the caller's tensor under update()'s no_grad, then casts: its own
+    tensor (float32: requires grad) or a cast made without grad (any other dtype)."""
+    value = torch.tensor([1.0, NAN], dtype=dtype, requires_grad=True)
+    release = CatMetric(nan_strategy=2.5)
+    release.update(value.detach().clone().requires_grad_())
+    _apply()
+    patched = CatMetric(nan_strategy=2.5)
+    patched.update(value)
+    got, want = (m.value[0] if isinstance(m.value, list) else m.value for m in (patched, release))
+    assert got.requires_grad == want.requires_grad == (dtype == torch.float32)
+    assert_bitwise(got.detach(), want.detach())

@@ -148,7 +148,16 @@ def _build_check(release: _Release) -> Callable[[ModuleType], Callable[..., Any]
                 shortcut: bool) -> Tuple[Any, Any]:
             if (x.requires_grad or (weight is not None and weight.requires_grad)) and not is_grad_enabled():
                 with enable_grad():  # the release's in-place write keeps the caller's requires_grad
-                    return check(metric, kind, strategy, x, weight, dtype, False)
+                    out, out_weight = check(metric, kind, strategy, x, weight, dtype, False)
+                # ... in the tensor it returns where its cast is none (the caller's own); a cast under
+                # update()'s no_grad returns a tensor without grad
+                if x.dtype != dtype and out.requires_grad:
+                    same, out = out_weight is out, out.detach()
+                    out_weight = out if same else out_weight
+                if weight is not None and weight.dtype != dtype and out_weight is not out \
+                        and out_weight.requires_grad:
+                    out_weight = out_weight.detach()
+                return out, out_weight
             return check(metric, kind, strategy, x, weight, dtype, shortcut)
 
         def releases(metric: Any, x: Any, weight: Any) -> bool:
