@@ -393,6 +393,23 @@ def _no_write(case: Case, diff: Difference, release: List[Step], patched: List[S
     return expected is not None and diff.index < len(expected) and expected[diff.index].warnings == mine.warnings
 
 
+def _denominator_kept(case: Case, diff: Difference, release: List[Step], patched: List[Step],
+                      expected: Optional[List[Step]]) -> bool:
+    """safe_divide (0.10.0-1.3.2): the release writes 1 into the caller's zero denominators, and a
+    metric that divides by the same tensor again (BinaryFairness' rates) computes from the written
+    one: the difference is the one the release gives with safe_divide alone patched."""
+    if diff.aspect not in ("result", "states") or not any(
+            row.name == "safe_divide" and row.state == "applied" for row in tmpatch.apply("safe_divide")):
+        tmpatch.revert()
+        return False
+    try:
+        alone = outcome(case)
+    finally:
+        tmpatch.revert()
+    return diff.index < len(alone) and getattr(alone[diff.index], diff.aspect) == getattr(patched[diff.index],
+                                                                                         diff.aspect)
+
+
 #: the deliberate corrections (tmpatch's patches' docstrings, "Deliberate corrections", and the README)
 CORRECTIONS: Tuple[Correction, ...] = (
     Correction("nan_check: the caller's tensors are never written into",
@@ -401,6 +418,8 @@ CORRECTIONS: Tuple[Correction, ...] = (
     Correction("nan_check: the caller's tensors are never written into, so its write's error and warning "
                "do not come", "a float nan_strategy on a leaf that requires grad (torch's in-place error in "
                "forward()) or an expanded tensor (torch's index_put_ warning)", _no_write),
+    Correction("safe_divide: the caller's denominator is not overwritten",
+               "0.10.0-1.3.2: the outcome of the release with safe_divide alone patched", _denominator_kept),
     Correction("nan_check: an imputed element gets weight 1",
                "float nan_strategy: the patched outcome equals the release's on the inputs imputed beforehand "
                "(NaN -> strategy, its weight 1)", _as_corrected(("result", "states")), ("result", "states")),
