@@ -7,10 +7,11 @@
 * apply() before torchmetrics is imported, then revert(): no default argument keeps
   tmpatch's wrapper;
 * the inspection API on objects with odd attributes, and an unknown name in status();
-* a batch whose error waits for compute() (a NaN with ``nan_strategy="error"``, a target out of
-  range) taken out of the metric before that compute: a checkpoint, ``torch.save``, a pickle,
-  ``merge_state`` into another metric, ``reset()``: the error is given there, exactly once, and
-  no copy of the data carries it away silently.
+* a batch whose error waits for compute() on a device (a NaN with ``nan_strategy="error"``, a
+  target out of range) taken out of the metric before that compute: a checkpoint, ``torch.save``,
+  a pickle, ``merge_state`` into another metric, ``reset()``: the error is given there, exactly
+  once, and no copy of the data carries it away silently (on the CPU the release's error comes
+  from the update itself, and nothing is left to carry).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import torch
 import torchmetrics  # noqa: E402  (the suite runs with torchmetrics imported)
 
 import tmpatch
-from tests.conftest import run_python, torch_at_least
+from tests.conftest import cpu_shortcuts, release_in, run_python, torch_at_least
 from tmpatch import patches as catalogue
 from tmpatch.control import api, gating
 from tmpatch.engine.fingerprint import fingerprint
@@ -377,11 +378,16 @@ def _range_metric():
     return MulticlassAccuracy(num_classes=3, validate_args=False)
 
 
-#: the metric, a good batch, a bad one (upstream raises in update()), the error's words
+SPELLING = "Encounted" if release_in("<1.2.1") else "Encountered"
+
+#: the metric, a good batch, a bad one (upstream raises in update()), the deferred error's start:
+#: the release's words, then tmpatch's note
 BAD_BATCHES = {
-    "nan": (_nan_metric, (torch.tensor([2.0, 6.0]),), (torch.tensor([NAN, 4.0]),), "`nan` values in tensor"),
+    "nan": (_nan_metric, (torch.tensor([2.0, 6.0]),), (torch.tensor([NAN, 4.0]),),
+            f"{SPELLING} `nan` values in tensor (tmpatch nan_check: MeanMetric saw NaN in 1 update(s)"),
     "out of range": (_range_metric, (torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2])),
-                     (torch.tensor([0, 1, 2]), torch.tensor([0, 3, 2])), "tmpatch bincount: 1 value(s)"),
+                     (torch.tensor([0, 1, 2]), torch.tensor([0, 3, 2])),
+                     "shape '[3, 3]' is invalid for input of size larger than 9 (tmpatch bincount: 1 value(s)"),
 }
 
 
@@ -420,24 +426,62 @@ JOURNEYS = {
 }
 
 
+def _journey_after_a_bad_update(case: str, journey: str) -> Tuple[type, str, str]:
+    """The error of the bad update (type, words), and what the journey and the computes after it
+    did (``.`` done, ``E`` raised)."""
+    build, good, bad, _ = BAD_BATCHES[case]
+    metric = build()
+    metric.persistent(True)
+    metric.update(*good)
+    with pytest.raises(RuntimeError) as raised:
+        metric.update(*bad)
+    done = ""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "compute before update" after a reset
+        for call in (lambda: JOURNEYS[journey](metric, build).compute(), metric.compute):
+            try:
+                call()
+                done += "."
+            except RuntimeError:
+                done += "E"
+    return type(raised.value), str(raised.value), done
+
+
+def _has_journey(journey: str) -> None:
+    if journey == "merge_state" and not hasattr(torchmetrics.Metric, "merge_state"):
+        pytest.skip("merge_state from 1.6.0")
+
+
+@pytest.mark.parametrize("journey", sorted(JOURNEYS))
+@pytest.mark.parametrize("case", sorted(BAD_BATCHES))
+def test_on_the_cpu_a_bad_batch_raises_in_its_update_as_the_release(case, journey):
+    """On the CPU the release's own check: its error, from the bad update itself; the batch never
+    reaches the state, so the journey and the computes after it are silent."""
+    _has_journey(journey)
+    release = _journey_after_a_bad_update(case, journey)
+    assert release[2] == "..", release
+    _applied_everything()
+    assert _journey_after_a_bad_update(case, journey) == release
+
+
 @pytest.mark.usefixtures("held_reports")  # the error still pending, as on a GPU before its copy lands
 @pytest.mark.parametrize("journey", sorted(JOURNEYS))
 @pytest.mark.parametrize("case", sorted(BAD_BATCHES))
 def test_a_bad_batch_never_leaves_the_metric_without_its_error(case, journey):
-    """The release raises in update(), and the batch never reaches the state. Patched, the batch
-    is in the state and its error waits for compute(): taking the data out first gives the error
-    there, once; the copy and the original then compute silently (the error was given)."""
-    if journey == "merge_state" and not hasattr(torchmetrics.Metric, "merge_state"):
-        pytest.skip("merge_state from 1.6.0")
+    """The release raises in update(), and the batch never reaches the state. Patched on a device,
+    the batch is in the state and its error waits for compute(): taking the data out first gives
+    the error there, once; the copy and the original then compute silently (the error was given)."""
+    _has_journey(journey)
     build, good, bad, words = BAD_BATCHES[case]
     _applied_everything()
+    cpu_shortcuts(False)  # the path a GPU takes (on the CPU: the test above)
     metric = build()
     metric.persistent(True)
     metric.update(*good)
     metric.update(*bad)
     with pytest.raises(RuntimeError) as raised:
         JOURNEYS[journey](metric, build)
-    assert words in str(raised.value)
+    assert str(raised.value).startswith(words), raised.value
     resumed = JOURNEYS[journey](metric, build)  # given once: now the data goes
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "compute before update" after a reset
