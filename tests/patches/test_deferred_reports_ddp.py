@@ -5,13 +5,15 @@ the ``torch.distributed`` collectives it makes (calls of ``all_gather``, ``barri
 for a MetricCollection of MeanMetric, SumMetric, MulticlassAccuracy and
 MulticlassConfusionMatrix, unpatched and then with every patch applied, in ``update()``,
 ``compute()``, ``sync()``/``unsync()`` and ``forward()`` with ``dist_sync_on_step=True``:
-the counts are the same. A NaN (and an invalid class) seen on one rank is reported on
-that rank, after the release's compute and sync finished on every rank (none waits in a
-collective), and the job goes on (the reports wait for compute() here, as on a GPU before
-their evidence reaches the host: a report given at an update comes on its rank, as upstream's);
-a sync() by hand reports after its collectives (on every
-rank with coalesced_sync). A job where rank 0 is patched and the others are not runs to the end
-with the values of an unpatched job.
+the counts are the same. The ranks take the path a GPU takes (tests/conftest.py
+``cpu_shortcuts(False)``): a NaN (and an invalid class) seen on one rank is reported on that
+rank, after the release's compute and sync finished on every rank (none waits in a collective),
+in the release's words (an error: then tmpatch's note), and the job goes on (the reports wait
+for compute() here, as on a GPU before their evidence reaches the host: a report given at an
+update comes on its rank, as upstream's); a sync() by hand reports after its collectives (on
+every rank with coalesced_sync). On the CPU the release's own checks run: the bad rank's
+updates raise and warn as the release's, and the job goes on as the release's. A job where
+rank 0 is patched and the others are not runs to the end with the values of an unpatched job.
 
 Multi-process runs cost seconds: they run on DDP_RELEASES (``TMPATCH_DDP_RELEASES=all``
 or a comma list widens it) and skip elsewhere.
@@ -36,7 +38,8 @@ COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_object", "all
                "all_to_all_single", "barrier", "broadcast", "broadcast_object_list", "gather", "reduce",
                "reduce_scatter", "reduce_scatter_tensor", "scatter", "monitored_barrier")
 NAN = float("nan")
-BINCOUNT = "tmpatch bincount: "
+#: the release's error for a class past the bins of 3 classes, deferred: its words, then the note
+BINCOUNT = "shape '[3, 3]' is invalid for input of size larger than 9 (tmpatch bincount: "
 
 
 def _ddp_here() -> bool:
@@ -152,6 +155,23 @@ def _bad_on_rank_one(rank: int) -> Dict[str, Any]:
     return out
 
 
+def _bad_on_rank_one_each_call(rank: int) -> Dict[str, Any]:
+    """As :func:`_bad_on_rank_one`, each update on its own (on the CPU the release's checks raise
+    in update()): what each call raised and warned, and the computes on every rank."""
+    collection = _collection()
+    value, preds, target = _batch(rank, 0)
+    if rank == 1:
+        value = torch.cat([value, torch.tensor([NAN])])
+        preds, target = torch.cat([preds, torch.tensor([0])]), torch.cat([target, torch.tensor([7])])
+    out: Dict[str, Any] = {}
+    for name, args in (("mean", (value,)), ("sum", (value,)), ("acc", (preds, target)), ("confmat", (preds, target))):
+        out[name] = _reports(lambda name=name, args=args: collection[name].update(*args) or {})
+    out["first"], out["second"] = _reports(collection.compute), _reports(collection.compute)
+    _update(collection, *_batch(rank, 1))
+    out["later"] = _reports(collection.compute)
+    return out
+
+
 def _sync_by_hand(rank: int) -> Dict[str, Any]:
     """Rank 1 sees a NaN (error); every rank syncs its metric by hand, twice, then computes.
     The sync is a settle point: the report comes once its collectives are done on every rank."""
@@ -183,8 +203,9 @@ def run_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> None
     import torch.distributed as dist
 
     import tmpatch
-    from tests.conftest import hold_reports
+    from tests.conftest import cpu_shortcuts, hold_reports
 
+    cpu_shortcuts(False)  # the path a GPU takes (tmpatch.runtime.host: "not the host's")
     hold_reports()  # the reports wait for compute() or sync(), as on a GPU before the copy lands
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
@@ -201,6 +222,14 @@ def run_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> None
         result["patched"] = _counted_run(counter, rank)
         dist.barrier()
         result["bad"] = _bad_on_rank_one(rank)
+        dist.barrier()
+        cpu_shortcuts(True)  # on the CPU: the release's checks, unpatched and patched
+        tmpatch.revert()
+        result["bad_cpu_release"] = _bad_on_rank_one_each_call(rank)
+        dist.barrier()
+        tmpatch.apply(exclude=_OWN_SYNC)
+        result["bad_cpu"] = _bad_on_rank_one_each_call(rank)
+        cpu_shortcuts(False)
         dist.barrier()
         result["sync_by_hand"] = _sync_by_hand(rank)
         dist.barrier()
@@ -261,16 +290,34 @@ def test_a_nan_and_an_invalid_class_on_one_rank_are_reported_there_without_a_han
             # invalid class seen by Accuracy and ConfusionMatrix (one each), in either order
             error = first["error"]
             assert error is not None and len(error.split("\nAlso: ")) == 2, error
-            assert sorted(part[:18] for part in error.split("\nAlso: ")) == sorted(
-                [f"{spelling} `nan` values"[:18], BINCOUNT[:18]]), error
+            nan_error = f"{spelling} `nan` values in tensor (tmpatch nan_check: "  # the release's words first
+            assert sorted((part.startswith(nan_error), part.startswith(BINCOUNT))
+                          for part in error.split("\nAlso: ")) == [(False, True), (True, False)], error
             assert f"{BINCOUNT}2 value(s)" in error and "MetricCollection" in error
-            assert any(w.startswith(f"{spelling} `nan` values in tensor. Will be removed.") for w in first["warnings"])
+            # the warning in the release's words alone (its note: the tmpatch logger)
+            assert first["warnings"] == [f"{spelling} `nan` values in tensor. Will be removed."], first
             assert second["error"] is None and second["value"] is not None  # reported once
         else:
             assert first["error"] is None and first["warnings"] == [], (rank, first)
             assert first["value"] == second["value"]
         assert later["error"] is None and later["warnings"] == []
     assert len({str(r["bad"]["later"]["value"]) for r in results.values()}) == 1
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_on_the_cpu_the_bad_ranks_updates_raise_and_warn_as_the_releases(world_size, tmp_path_factory):
+    results = _job(world_size, tmp_path_factory)
+    spelling = "Encounted" if release_in("<1.2.1") else "Encountered"
+    for rank, result in results.items():
+        release, patched = result["bad_cpu_release"], result["bad_cpu"]
+        assert patched == release, (rank, patched, release)
+        if rank == 1:  # the release's error from the update itself, its warning there too
+            assert release["mean"]["error"] == f"{spelling} `nan` values in tensor", release
+            assert release["sum"]["warnings"] == [f"{spelling} `nan` values in tensor. Will be removed."], release
+            assert release["acc"]["error"] and release["confmat"]["error"], release
+        for call in ("first", "second", "later"):
+            assert patched[call]["error"] is None and patched[call]["warnings"] == [], (rank, call, patched)
+    assert len({str(r["bad_cpu"]["later"]["value"]) for r in results.values()}) == 1
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
