@@ -127,15 +127,21 @@ def test_states_equal_the_releases_and_the_device_path_runs(metric, monkeypatch)
 
 
 # -- reports at compute -------------------------------------------------------------------------
-@pytest.mark.parametrize("case", ["both masks empty", "not binarized"])
-def test_on_the_cpu_every_call_is_the_releases(case):
-    """The release's update from the same call (forward included): its errors there, no batch added."""
+def _good_and_bad(case: str):
+    """Two good batches of masks, and a bad one: "both masks empty" or "not binarized"."""
     good = (_masks(2, 1, 2, 8, 0.4), _masks(3, 1, 2, 8, 0.4))
     if case == "both masks empty":
         bad = (good[0].clone(), good[1].clone())
         bad[0][0, 1], bad[1][0, 1] = 0, 0
     else:
         bad = (good[0] * 2, good[1])
+    return good, bad
+
+
+@pytest.mark.parametrize("case", ["both masks empty", "not binarized"])
+def test_on_the_cpu_every_call_is_the_releases(case):
+    """The release's update from the same call (forward included): its errors there, no batch added."""
+    good, bad = _good_and_bad(case)
     calls = [lambda m: m.update(*good), lambda m: m.update(*bad), lambda m: m.compute(), lambda m: m(*bad),
              lambda m: m.compute(), lambda m: m.reset(), lambda m: m(*good), lambda m: m.compute()]
     want = assert_calls_are_the_releases(lambda: HausdorffDistance(num_classes=2, include_background=True), calls,
@@ -218,11 +224,6 @@ def test_the_release_runs_outside_its_conditions(monkeypatch):
 @pytest.mark.parametrize("shortcuts", [True, False])
 @pytest.mark.parametrize("case", ["both masks empty", "not binarized"])
 def test_the_eager_policy_raises_the_releases_error_in_update(case, shortcuts):
-    good = (_masks(2, 1, 2, 8, 0.4), _masks(3, 1, 2, 8, 0.4))
-    if case == "both masks empty":
-        bad = (good[0].clone(), good[1].clone())
-        bad[0][0, 1], bad[1][0, 1] = 0, 0
-    else:
-        bad = (good[0] * 2, good[1])
+    good, bad = _good_and_bad(case)
     assert_eager_is_the_release(lambda: HausdorffDistance(num_classes=2, include_background=True), [good], bad,
                                 ["edge_distances"], shortcuts)
