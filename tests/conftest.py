@@ -214,6 +214,15 @@ def held_reports(monkeypatch):
     _forget_reports()
 
 
+@pytest.fixture
+def on_a_device(held_reports):
+    """The path a GPU takes (on the CPU the release's own check runs), reports waiting for a
+    settle point as on a GPU whose copy has not landed."""
+    cpu_shortcuts(False)
+    yield
+    cpu_shortcuts(True)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Below the audit's torch floor a test that reaches the audit is skipped, saying why (the

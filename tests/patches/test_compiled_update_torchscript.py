@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import tmpatch
-from tests.conftest import assert_bitwise, release_in
+from tests.conftest import assert_bitwise
 from tmpatch.audit.panel.rows import ROWS, _resolve
 
 Outcome = Tuple[str, Any]

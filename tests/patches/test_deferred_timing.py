@@ -36,7 +36,7 @@ from torchmetrics.aggregation import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 import tmpatch
-from tests.conftest import cpu_shortcuts, release_in, run_python
+from tests.conftest import release_in, run_python
 from tmpatch.runtime.deferred import landing
 
 NAN = float("nan")
@@ -46,15 +46,6 @@ NAN_WARNING = f"{NAN_ERROR}. Will be removed."
 #: the release's error for a class past the bins (3 classes), deferred: its words, then the note
 BINCOUNT_ERROR = "shape '[3, 3]' is invalid for input of size larger than 9 (tmpatch bincount: "
 GOOD, BAD = torch.tensor([1.0, 2.0]), torch.tensor([NAN, 1.0])
-
-
-@pytest.fixture
-def on_a_device(held_reports):
-    """The path a GPU takes (on the CPU the release's own check runs), reports waiting for a
-    settle point as on a GPU whose copy has not landed."""
-    cpu_shortcuts(False)
-    yield
-    cpu_shortcuts(True)
 
 
 def _apply() -> None:

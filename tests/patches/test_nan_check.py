@@ -56,13 +56,6 @@ def _deferred(text: str, name: str, updates: int, where: str = "compute()", firs
     return f"{text} ({_note(name, updates, where, first)})"
 
 
-@pytest.fixture
-def on_a_device(held_reports):
-    """The path a GPU takes (on the CPU the release's own check runs), reports waiting for a
-    settle point as on a GPU whose copy has not landed."""
-    cpu_shortcuts(False)
-    yield
-    cpu_shortcuts(True)
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64]
 FINITE = [0.0, 1.0, -2.5, 3.0, 1000.0]
 WEIGHTS = [0.0, 0.5, 1.0, 2.0, 3.0]  # dyadic: sums are exact whatever the order

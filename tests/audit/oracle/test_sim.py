@@ -94,9 +94,8 @@ def test_the_audits_copy_of_a_metric_leaves_its_pending_report_with_it():
     from torchmetrics.aggregation import MeanMetric
 
     import tmpatch
-    from tmpatch.audit.oracle.sim import copy_modules
-
     from tests.conftest import cpu_shortcuts
+    from tmpatch.audit.oracle.sim import copy_modules
 
     tmpatch.apply("nan_check")
     cpu_shortcuts(False)  # the device path (on the CPU the release's own check raises in update())
