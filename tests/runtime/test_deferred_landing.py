@@ -269,6 +269,35 @@ def test_a_metric_collected_inside_a_dispatch_mode_reports_at_the_next_update(he
     assert len(_told(caplog)) == 1 and not landing.WATCH.orphans
 
 
+
+def _compile_tracing():
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return tracing(TracingContext(FakeTensorMode()))
+
+
+def _no_dispatch():
+    from torch.utils._mode_utils import no_dispatch
+
+    return no_dispatch()
+
+
+@pytest.mark.parametrize("inside", [_compile_tracing, _no_dispatch], ids=["torch.compile tracing", "no_dispatch"])
+def test_a_metric_collected_while_torch_compile_traces_reports_at_the_next_update(held_reports, caplog, inside):
+    """A garbage collection in the middle of a trace (no mode on the stack, the dispatch half set up)
+    reads nothing there: an op then yields garbage counts and leaves the trace broken."""
+    metric = Clipped(strict=True)
+    metric.update(BAD)
+    with caplog.at_level(logging.WARNING, logger="tmpatch"):
+        with inside():
+            del metric
+            gc.collect()
+        assert _told(caplog) == [] and landing.WATCH.orphans
+        Clipped().update(GOOD)
+    told = _told(caplog)
+    assert len(told) == 1 and "2 negative values in Clipped" in told[0][1] and not landing.WATCH.orphans
+
 CHILD = """
 import gc, os, sys, warnings
 import torch, tmpatch

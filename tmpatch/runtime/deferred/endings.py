@@ -70,10 +70,14 @@ def holder(book: Book) -> Any:
 
 def _unreadable_now(book: Book) -> bool:
     """Whether the book's evidence cannot be read now: a dispatch or function mode is active (the
-    sync audit's simulation, a trace: a finalizer may run inside one), or its CUDA stream is
-    being captured into a graph."""
+    sync audit's simulation, a trace: a finalizer may run inside one), torch.compile is tracing
+    (a garbage collection in the middle of it runs finalizers with torch's dispatch half set up:
+    an op there yields garbage and leaves the trace broken), torch's dispatch is switched off
+    (``no_dispatch()``), or its CUDA stream is being captured into a graph."""
     import torch
 
+    if _tracing_now(torch):
+        return True
     if any(getattr(torch._C, name, lambda: 0)() for name in ("_len_torch_dispatch_stack", "_len_torch_function_stack")):
         return True
     key = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "FAKE", None)
@@ -85,6 +89,22 @@ def _unreadable_now(book: Book) -> bool:
     try:
         return bool(torch.cuda.is_current_stream_capturing())
     except Exception:  # noqa: BLE001 - no CUDA to ask
+        return False
+
+
+def _tracing_now(torch: Any) -> bool:
+    """Whether torch.compile (dynamo, AOT autograd) is tracing, or torch's dispatch is switched off."""
+    guards = sys.modules.get("torch._guards")
+    context = getattr(guards, "TracingContext", None) if guards is not None else None
+    try:
+        if context is not None:  # try_get from torch 2.1; get() returns None before, raises after
+            current = context.try_get() if hasattr(context, "try_get") else context.get()
+            if current is not None:
+                return True
+        python_key = getattr(torch._C.DispatchKey, "Python", None)
+        excluded = getattr(torch._C, "_dispatch_tls_is_dispatch_key_excluded", None)
+        return bool(python_key is not None and excluded is not None and excluded(python_key))
+    except Exception:  # noqa: BLE001 - an older torch without these: nothing known to be tracing
         return False
 
 
