@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
+from tmpatch.runtime.compiled import inline_only
 from tmpatch.runtime.deferred import landing
 from tmpatch.runtime.deferred.books import LOCK, Book, _books, _internal, book_of, is_live
 from tmpatch.runtime.deferred.endings import adopt, holder
@@ -77,6 +78,9 @@ def _visit(book: Book, step: Optional[int], found: List[Tuple[Book, Tally]]) -> 
         WATCH.drop(book)
 
 
+# no frame of dynamo's own when eager code of a compiled step calls it (inline_only): it would guard on the
+# orphans' count, which a metric collected while dynamo traces changes (a recompile at the next step)
+@inline_only
 def after_update(metric: Any, call: str = "update()") -> None:
     """After the user's ``update()`` (``call``: or ``forward()``) of ``metric``, while some book has
     something due: report what has reached the host of its books (and of the metrics inside it),
