@@ -108,6 +108,35 @@ def test_no_tests_collected_is_a_failure(monkeypatch, capsys):
     assert capsys.readouterr().out.rstrip().splitlines()[-1] == "matrix: 1 passed, 1 failed"
 
 
+def test_the_plan_gives_each_anchor_its_full_counts_once_on_a_torch_of_full(monkeypatch):
+    """What each run of ``--plan`` is given: the CPU build's first release its machinery's tests alone
+    (it runs whole on a newer torch), the anchors their full counts on a torch of FULL, the older
+    torches their tests with a tenth of the examples, the releases between the anchors their tests."""
+    matrix = _matrix_module()
+    seen = {}
+
+    def fake_run(python, release, folder, args, first=False, explore="", processes=True, full_counts=None):
+        seen[(python, release)] = (list(args), first, full_counts, processes)
+        return 0, 0.0, "1 passed"
+
+    monkeypatch.setattr(matrix, "install", lambda release, folder: None)
+    monkeypatch.setattr(matrix, "_torch_of", lambda python: "x")
+    monkeypatch.setattr(matrix, "make_venv", lambda torch_version: torch_version)
+    monkeypatch.setattr(matrix, "run", fake_run)
+    assert matrix.main(["--plan"]) == 0
+    current = {release: got for (python, release), got in seen.items() if python == sys.executable}
+    first = matrix.PLAN[matrix.CURRENT][0]
+    assert current[first][:2] == (["-m", "once or processes"], True)
+    assert all(not got[1] and not got[2] and not got[3] for release, got in current.items() if release != first)
+    full = {release for (python, release), got in seen.items() if got[2]}
+    assert full == set(matrix.ANCHORS)
+    for (python, release), (args, _, counts, _) in seen.items():
+        if python in matrix.PLAN and python not in matrix.FULL:
+            assert args == list(matrix.TORCH_TESTS) and not counts, (python, release)
+    runs = [(python, release) for (python, release), got in seen.items() if got[2]]
+    assert len(runs) == len(set(matrix.ANCHORS))  # each anchor's full counts run once
+
+
 def test_a_stuck_run_is_killed_with_its_stacks(monkeypatch, tmp_path):
     matrix = _matrix_module()
     (tmp_path / "test_stuck.py").write_text("import time\n\ndef test_stuck():\n    time.sleep(600)\n")

@@ -70,14 +70,15 @@ BETWEEN = "0.1"
 #: what CI runs. The newest torch builds, CUDA builds on this GPU-less machine as many users run
 #: them, carry the anchors with the whole suite (FULL): 2.15.0 on Python 3.13, 2.14.1 (on this
 #: machine's disk, Python 3.11). torch 2.13.0, a CPU-only build and this interpreter's, runs every
-#: other release (the tests of what changed there, :func:`selected_tests`) and, first, 1.0.0 whole
-#: (the ``once`` tests; a tenth of the examples there: its full counts run on 2.14.1). Python 3.13 runs
-#: a test about half again as long as 3.11: 2.15.0 carries the newest anchors, 2.14.1 the others.
-#: Each older torch (CUDA builds) runs the torch-dependent tests (TORCH_TESTS) with the releases its users would have
+#: other release (the tests of what changed there, :func:`selected_tests`) and, first, 1.0.0's tests
+#: marked ``once`` or ``processes`` (1.0.0 runs whole on 2.14.1). Python 3.13 runs a test about half
+#: again as long as 3.11: 2.15.0 carries the newest anchor, 2.14.1 the others. Each older torch (CUDA
+#: builds) runs the torch-dependent tests (TORCH_TESTS) with the releases its users would have, with a
+#: tenth of the examples (each anchor's full counts run on a torch of FULL)
 PLAN: Dict[str, Tuple[str, ...]] = {
     CURRENT: tuple(r for r in RELEASES if r not in ANCHORS or r == RELEASES[0]),
-    "2.15.0": ("1.9.0", "1.4.0"),
-    "2.14.1": ("1.0.0", "1.6.1", "1.0.3", "0.11.4"),
+    "2.15.0": ("1.9.0",),
+    "2.14.1": ("1.0.0", "1.6.1", "1.4.0", "1.0.3", "0.11.4"),
     "2.5.1": ("1.6.1",),  # autumn 2024; 1.6.1 + 2.5.1: the best-known report of metric syncs
     # winter 2023: the oldest torch the audit supports (tmpatch.audit.support.MIN_TORCH); 0.11.4: the pin of
     # Lightning 1.9/2.0 projects, the last release before the 1.0 API change
@@ -436,9 +437,14 @@ def main(argv: List[str]) -> int:
         # an anchor that also runs whole on a newer torch of the plan takes its full hypothesis counts
         # there; here (the CPU-only build) every test runs, with a tenth of the examples
         elsewhere = args.plan and any(release in PLAN.get(other, ()) for other in FULL if other != torch_version)
+        if args.plan and first and torch_version == CURRENT and elsewhere and not args.pytest_args:
+            # the release runs whole on a newer torch: here the tests of this torch's machinery alone
+            paths = ["-m", "once or processes"]
+        # the anchors' full counts run on the torches of FULL; an older torch's (TORCH_TESTS) take a tenth
         return run(python, release, args.folder, paths + list(args.pytest_args),
                    first=first, explore=f"{label}-{release}" if args.explore else "", processes=not selected,
-                   full_counts=release in ANCHORS and not (torch_version == CURRENT and elsewhere))
+                   full_counts=release in ANCHORS and torch_version in FULL
+                   and not (torch_version == CURRENT and elsewhere))
 
     start, cpu = time.monotonic(), _children_cpu()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:

@@ -22,7 +22,7 @@ from tests.patches.differential import Case, accepts, check_all, has, tensor_sou
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 #: per test: the examples' count (``examples`` scales it); the file's cost is kept in a CI budget
-COUNT = 8
+COUNT = 4
 BATCH = 4
 #: no shrinking but with TMPATCH_HYPOTHESIS=explore: a case is a few calls on small tensors already, and
 #: shrinking a batch of them costs minutes; the failure prints each failing case's reproducer
