@@ -11,7 +11,7 @@ import ast
 import os
 import sys
 from collections import OrderedDict
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,6 +26,22 @@ def _release(folder: str) -> str:
         if line.startswith("__version__"):
             return line.split("=", 1)[1].strip().strip("\"'")
     return os.path.basename(folder)
+
+
+def _label(folder: str) -> str:
+    """The release of ``folder`` as ``__about__`` names it, with the folder's name where that differs
+    (a git checkout, a relabelled wheel: two folders reading "1.9.0" are told apart)."""
+    release, name = _release(folder), os.path.basename(os.path.normpath(folder))
+    return release if name == release else f"{release} [{name}]"
+
+
+def _missing(target: Any, releases: List[str]) -> str:
+    """What a group of releases without the target's code means: absent by design where the target's
+    ``present`` leaves those releases out, else code that could not be found (UNKNOWN)."""
+    present = target.present
+    if present is not None and not any(present.contains(release) for release in releases):
+        return f"absent there, as expected (the target is in {describe(present)})"
+    return "UNKNOWN (not found)"
 
 
 def _source(folder: str, module: str, qualname: str) -> Optional[str]:
@@ -53,15 +69,20 @@ def main(folders: List[str]) -> int:
         patch = catalogue.load(name)
         for target in patch.targets:
             groups: Dict[str, List[str]] = OrderedDict()
+            found: Dict[str, List[str]] = OrderedDict()  # code -> the releases (``__about__``) of its folders
             for folder in folders:
                 src = _source(folder, target.module, target.qualname)
                 code = source_fingerprint(src) if src else "missing"
-                groups.setdefault(code, []).append(_release(folder))
+                groups.setdefault(code, []).append(_label(folder))
+                found.setdefault(code, []).append(_release(folder))
             sys.stdout.write(f"{name}: {target.path}\n")
             for code, releases in groups.items():
                 variant = target.variant_for(code)
-                known = (("fixed" if variant.fixed else "patched") + f" as {describe(variant.releases)}"
-                         if variant else "UNKNOWN")
+                if code == "missing":
+                    known = _missing(target, found[code])
+                else:
+                    known = (("fixed" if variant.fixed else "patched") + f" as {describe(variant.releases)}"
+                             if variant else "UNKNOWN")
                 sys.stdout.write(f"  {code}  {releases[0]} .. {releases[-1]} ({len(releases)})  {known}\n")
         for requirement in patch.relies_on:  # the release's code it relies on (torch's: tools/torch_fingerprints.py)
             if requirement.module.split(".")[0] != catalogue.HOST:
@@ -69,7 +90,7 @@ def main(folders: List[str]) -> int:
             groups = OrderedDict()
             for folder in folders:
                 src = _source(folder, requirement.module, requirement.qualname)
-                groups.setdefault(source_fingerprint(src) if src else "missing", []).append(_release(folder))
+                groups.setdefault(source_fingerprint(src) if src else "missing", []).append(_label(folder))
             sys.stdout.write(f"{name}: relies on {requirement.path}\n")
             for code, releases in groups.items():
                 known = "known" if code in requirement.fingerprints else "UNKNOWN"
