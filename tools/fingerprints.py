@@ -68,22 +68,19 @@ def main(folders: List[str]) -> int:
     for name in catalogue.NAMES:
         patch = catalogue.load(name)
         for target in patch.targets:
-            groups: Dict[str, List[str]] = OrderedDict()
-            found: Dict[str, List[str]] = OrderedDict()  # code -> the releases (``__about__``) of its folders
+            groups: Dict[str, List[str]] = OrderedDict()  # code -> the folders holding it
             for folder in folders:
                 src = _source(folder, target.module, target.qualname)
-                code = source_fingerprint(src) if src else "missing"
-                groups.setdefault(code, []).append(_label(folder))
-                found.setdefault(code, []).append(_release(folder))
+                groups.setdefault(source_fingerprint(src) if src else "missing", []).append(folder)
             sys.stdout.write(f"{name}: {target.path}\n")
-            for code, releases in groups.items():
+            for code, held in groups.items():
                 variant = target.variant_for(code)
                 if code == "missing":
-                    known = _missing(target, found[code])
+                    known = _missing(target, [_release(folder) for folder in held])
                 else:
                     known = (("fixed" if variant.fixed else "patched") + f" as {describe(variant.releases)}"
                              if variant else "UNKNOWN")
-                sys.stdout.write(f"  {code}  {releases[0]} .. {releases[-1]} ({len(releases)})  {known}\n")
+                sys.stdout.write(f"  {code}  {_label(held[0])} .. {_label(held[-1])} ({len(held)})  {known}\n")
         for requirement in patch.relies_on:  # the release's code it relies on (torch's: tools/torch_fingerprints.py)
             if requirement.module.split(".")[0] != catalogue.HOST:
                 continue

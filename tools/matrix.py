@@ -435,10 +435,9 @@ def main(argv: List[str]) -> int:
         if selected:
             paths = selected_tests(release, RELEASES)
         # an anchor that also runs whole on a newer torch of the plan takes its full hypothesis counts
-        # there; here (the CPU-only build) every test runs, with a tenth of the examples
+        # there; here (the CPU-only build, its first release) the tests of this torch's machinery alone
         elsewhere = args.plan and any(release in PLAN.get(other, ()) for other in FULL if other != torch_version)
         if args.plan and first and torch_version == CURRENT and elsewhere and not args.pytest_args:
-            # the release runs whole on a newer torch: here the tests of this torch's machinery alone
             paths = ["-m", "once or processes"]
         # the anchors' full counts run on the torches of FULL; an older torch's (TORCH_TESTS) take a tenth
         return run(python, release, args.folder, paths + list(args.pytest_args),

@@ -87,6 +87,20 @@ def compiling() -> bool:
     return state.flags._is_compiling_flag if state.dynamo_absent else state.is_compiling()
 
 
+def inside_trace() -> bool:
+    """Whether torch.compile's tracing is under way anywhere on this thread: in the traced code, and
+    also in dynamo's or AOT autograd's own Python around it (where :func:`compiling` is False), which a
+    garbage collection may interrupt to run finalizers. An older torch without the context: False."""
+    guards = sys.modules.get("torch._guards")
+    context = getattr(guards, "TracingContext", None) if guards is not None else None
+    if context is None:
+        return False
+    try:  # try_get from torch 2.1; get() returns None before, raises after
+        return (context.try_get() if hasattr(context, "try_get") else context.get()) is not None
+    except Exception:  # noqa: BLE001 - torch's internals: nothing known to be tracing
+        return False
+
+
 def inline_only(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Mark ``fn`` (returned as is) to be traced by torch.compile only inlined into a frame
     it compiles. Called from eager code, ``fn`` runs as plain Python, not as a frame dynamo

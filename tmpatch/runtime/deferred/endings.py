@@ -22,6 +22,7 @@ import warnings
 import weakref
 from typing import Any, List, Optional, Tuple
 
+from tmpatch.runtime.compiled import inside_trace
 from tmpatch.runtime.deferred.books import LOCK, Book, _books, log
 from tmpatch.runtime.deferred.giving import Tally, deliver
 from tmpatch.runtime.deferred.landing import (
@@ -76,7 +77,7 @@ def _unreadable_now(book: Book) -> bool:
     (``no_dispatch()``), or its CUDA stream is being captured into a graph."""
     import torch
 
-    if _tracing_now(torch):
+    if inside_trace() or _dispatch_off(torch):
         return True
     if any(getattr(torch._C, name, lambda: 0)() for name in ("_len_torch_dispatch_stack", "_len_torch_function_stack")):
         return True
@@ -92,20 +93,11 @@ def _unreadable_now(book: Book) -> bool:
         return False
 
 
-def _tracing_now(torch: Any) -> bool:
-    """Whether torch.compile (dynamo, AOT autograd) is tracing, or torch's dispatch is switched off."""
-    guards = sys.modules.get("torch._guards")
-    context = getattr(guards, "TracingContext", None) if guards is not None else None
-    try:
-        if context is not None:  # try_get from torch 2.1; get() returns None before, raises after
-            current = context.try_get() if hasattr(context, "try_get") else context.get()
-            if current is not None:
-                return True
-        python_key = getattr(torch._C.DispatchKey, "Python", None)
-        excluded = getattr(torch._C, "_dispatch_tls_is_dispatch_key_excluded", None)
-        return bool(python_key is not None and excluded is not None and excluded(python_key))
-    except Exception:  # noqa: BLE001 - an older torch without these: nothing known to be tracing
-        return False
+def _dispatch_off(torch: Any) -> bool:
+    """Whether torch's Python dispatch is switched off on this thread (``no_dispatch()``)."""
+    python_key = getattr(torch._C.DispatchKey, "Python", None)
+    excluded = getattr(torch._C, "_dispatch_tls_is_dispatch_key_excluded", None)
+    return bool(python_key is not None and excluded is not None and excluded(python_key))
 
 
 def _simulated_book(book: Book) -> bool:
