@@ -433,7 +433,7 @@ def _journey_after_a_bad_update(case: str, journey: str) -> Tuple[type, str, str
     metric = build()
     metric.persistent(True)
     metric.update(*good)
-    with pytest.raises(RuntimeError) as raised:
+    with pytest.raises((RuntimeError, IndexError)) as raised:  # IndexError: 0.10.0-0.10.1's index_add_
         metric.update(*bad)
     done = ""
     with warnings.catch_warnings():

@@ -166,7 +166,7 @@ def test_on_the_cpu_the_release_raises_in_the_same_update(name, build, bad, good
             return type(raised.value), str(raised.value), _errors([metric.compute, metric.reset, metric.compute])
 
     want = run()
-    assert want[0] is RuntimeError, want
+    assert want[0] in (RuntimeError, IndexError), want  # IndexError: 0.10.0-0.10.1's index_add_
     _apply()
     cpu_shortcuts(True)
     assert run() == want

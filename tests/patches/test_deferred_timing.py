@@ -190,7 +190,7 @@ def test_row3_on_the_cpu_the_update_raises_before_the_metric_can_be_dropped(case
         metric.update(*((BAD,) if case == "nan" else (torch.tensor([0, 1, 2]), torch.tensor([0, 7, 2]))))
 
     release = _outcome(update)
-    assert release[0] is RuntimeError, release
+    assert release[0] in (RuntimeError, IndexError), release  # IndexError: 0.10.0-0.10.1's index_add_
     _apply()
     assert _outcome(update) == release
 
@@ -393,7 +393,7 @@ def _per_batch() -> tuple:
     for index, target in enumerate(BATCHES):
         try:
             metric.update(PREDS, target)
-        except RuntimeError as error:
+        except (RuntimeError, IndexError) as error:  # IndexError: 0.10.0-0.10.1's index_add_
             caught.append((index, str(error)))
     return caught, metric.compute()
 

@@ -402,6 +402,7 @@ def regression_cases(draw: Any) -> Case:
     return Case(make, _steps(draw, batches, draw(st.booleans())), draw(st.booleans()), frozenset({"checked"}))
 
 
+@pytest.mark.skipif(not NOMINAL, reason="the nominal metrics came in 0.11.0")
 @SETTINGS
 @given(batch(nominal_cases()))
 def test_nominal(cases: List[Case]) -> None:
@@ -462,6 +463,12 @@ def _strategy_in(make: str) -> Any:
     return eval(make.split("nan_strategy=", 1)[1].split(")", 1)[0])  # noqa: S307 - our own source
 
 
+# 0.10.x warns at a metric's construction when its class sets no ``full_state_update`` and does not override
+# forward, asking ``is_overridden``, which unwraps the instance's forward (``__wrapped__``) but not
+# Metric.forward: tmpatch's forward layer reads as an override there, and the warning is not given. A
+# known difference of those releases (MinMaxMetric and users' own metrics), not a deliberate one
+@pytest.mark.xfail(release_in("<0.11"), reason="0.10.x: the full_state_update warning is lost under tmpatch's "
+                   "forward layer", strict=True)
 @SETTINGS
 @given(batch(wrapper_cases()))
 def test_wrappers(cases: List[Case]) -> None:

@@ -40,6 +40,22 @@ INDEX_ADD = release_in("<0.10.2")
 NEGATIVE = (IndexError, "out of range") if INDEX_ADD else (RuntimeError, "non-negative")
 #: torch.bincount's message for a negative value (the release's words of a deferred error)
 NEGATIVE_TEXT = "bincount only supports 1-d non-negative integral inputs."
+#: index_add_'s error on a code outside the bins (0.10.0-0.10.1, on the CPU). On a GPU that release's
+#: index_add_ fails with a device-side assert instead, which names nothing: a deferred report there
+#: gives torch.bincount's words (the error of every later release)
+INDEX_ADD_ERROR = "IndexError: index out of range in self"
+def release_raises(torch_message: str) -> Any:
+    """``pytest.raises`` of the release's error on a code past the bins: ``torch_message`` (a pattern of
+    the reshape's RuntimeError) from 0.10.2 on, index_add_'s IndexError before."""
+    import pytest
+
+    if INDEX_ADD:
+        return pytest.raises(IndexError, match=r"^index out of range in self$")
+    return pytest.raises(RuntimeError, match=torch_message)
+
+
+#: the starts of the deferred errors that stand for INDEX_ADD_ERROR
+INDEX_ADD_DEFERRED = ("RuntimeError: " + NEGATIVE_TEXT, "RuntimeError: shape '")
 
 
 def apply() -> None:

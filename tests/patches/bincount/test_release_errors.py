@@ -153,8 +153,11 @@ def same_as_release_on_a_device(make: Callable[[], Any], batches) -> None:
             _same_values(g, w)
         return
     assert got[0] == "compute", got  # deferred: the first settle point after the update
-    assert type(got[1]) is type(want[1]), (got[1], want[1])
-    assert str(got[1]).startswith(_release_words(want[1])), (got[1], want[1])
+    if f"{type(want[1]).__name__}: {want[1]}" == cases.INDEX_ADD_ERROR:  # 0.10.0-0.10.1 (cases.INDEX_ADD_ERROR)
+        assert f"{type(got[1]).__name__}: {got[1]}".startswith(cases.INDEX_ADD_DEFERRED), (got[1], want[1])
+    else:
+        assert type(got[1]) is type(want[1]), (got[1], want[1])
+        assert str(got[1]).startswith(_release_words(want[1])), (got[1], want[1])
     assert "(tmpatch bincount: " in str(got[1])
 
 
@@ -169,7 +172,7 @@ def test_the_examples_of_the_report():
     label prediction of 5 (counted in the release's cell)."""
     cases.apply()
     cpu_shortcuts(True)
-    with pytest.raises(RuntimeError, match=r"^shape '\[5, 5\]' is invalid for input of size \d+$"):
+    with cases.release_raises(r"^shape '\[5, 5\]' is invalid for input of size \d+$"):
         cls.MulticlassAccuracy(num_classes=5).update(SCORES, torch.tensor([0, 1, 2, 5]))
     before = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
